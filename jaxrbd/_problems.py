@@ -1,0 +1,176 @@
+"""Complementarity problem types: the (mixed) LCP, the generic NCP hook, and the friction LCP."""
+
+from collections.abc import Callable
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+class LCP(eqx.Module):
+    """The mixed linear complementarity problem.
+
+    Find z with w = A z + b, where the first `n_free` rows are equalities
+    (z_i free, w_i = 0) and the others complementarity rows 0 <= z_i ⊥ w_i >= 0.
+    With `n_free = 0` this is the plain LCP of 004 §3.2; equality rows carry
+    bilateral joints (000 eq. (15)).
+
+    Attributes:
+        A: (n, n) matrix.
+        b: (n,) vector.
+        n_free: static number of leading equality rows.
+    """
+
+    A: jax.Array
+    b: jax.Array
+    n_free: int = eqx.field(static=True, default=0)
+
+    @property
+    def size(self) -> int:
+        return self.b.shape[-1]
+
+    def F(self, z):
+        """w(z) = A z + b."""
+        return self.A @ z + self.b
+
+    def jac(self, z):
+        """dw/dz = A."""
+        del z
+        return self.A
+
+
+class NCP(eqx.Module):
+    """The nonlinear (mixed) complementarity problem: 0 <= z ⊥ w = fn(z, args) >= 0.
+
+    The hook for smooth friction cones. `fn` must be smooth in z and in `args`; its
+    Jacobian is taken by forward-mode autodiff, and gradients with respect to the
+    array leaves of `args` come from the same implicit rule as for the LCP.
+
+    Attributes:
+        fn: static callable (z, args) -> w, both of shape (n,).
+        args: pytree of arrays (the differentiable parameters).
+        n: static problem size.
+        n_free: static number of leading equality rows.
+    """
+
+    fn: Callable[[jax.Array, Any], jax.Array] = eqx.field(static=True)
+    args: Any
+    n: int = eqx.field(static=True)
+    n_free: int = eqx.field(static=True, default=0)
+
+    @property
+    def size(self) -> int:
+        return self.n
+
+    def F(self, z):
+        return self.fn(z, self.args)
+
+    def jac(self, z):
+        return jax.jacfwd(self.fn)(z, self.args)
+
+
+def natural_residual(z, w, n_free=0):
+    """Max-norm of the natural map: |w_i| on equality rows, |min(z_i, w_i)| on the others."""
+    n = z.shape[-1]
+    free = jnp.arange(n) < n_free
+    r = jnp.where(free, jnp.abs(w), jnp.abs(jnp.minimum(z, w)))
+    return jnp.max(r, axis=-1)
+
+
+class FrictionLCP(eqx.Module):
+    """The polyhedral-cone friction LCP of one time step (004 §3.2) and its layout.
+
+    z = [c_n (nc), beta (nd), lam (nc)], with w = [N^T v+, D^T v+ + E lam, mu c_n - E^T beta],
+    where v+ = b + M^{-1}(N c_n + D beta) is the velocity after the step.
+
+    Attributes:
+        lcp: the LCP.
+        M: (nv, nv) mass matrix.
+        b: (nv,) free velocity.
+        N: (nv, nc) contact normals.
+        D: (nv, nd) friction directions, grouped by contact.
+        counts: static number of directions of each contact.
+    """
+
+    lcp: LCP
+    M: jax.Array
+    b: jax.Array
+    N: jax.Array
+    D: jax.Array
+    counts: tuple[int, ...] = eqx.field(static=True)
+
+    def split(self, z):
+        """(c_n, beta, lam) from z."""
+        nc, nd = self.N.shape[-1], self.D.shape[-1]
+        return z[..., :nc], z[..., nc : nc + nd], z[..., nc + nd :]
+
+    def impulse(self, z):
+        """The generalized contact impulse N c_n + D beta, unique even when z is not."""
+        c_n, beta, _ = self.split(z)
+        return self.N @ c_n + self.D @ beta
+
+    def velocity(self, z):
+        """The velocity after the step, v+ = b + M^{-1}(N c_n + D beta)."""
+        return self.b + jnp.linalg.solve(self.M, self.impulse(z))
+
+
+def _direction_incidence(counts):
+    """E (nd, nc): E[j, i] = 1 when direction j belongs to contact i."""
+    owner = np.repeat(np.arange(len(counts)), counts)
+    return (owner[:, None] == np.arange(len(counts))[None, :]).astype(np.float64)
+
+
+def friction_lcp(M, N, D, mu, counts, b, *, bn=None, row_active=None):
+    """Build the friction LCP of one velocity-level time step (004 §3.2, 000 eq. (14)).
+
+    Args:
+        M: (nv, nv) symmetric positive definite mass matrix.
+        N: (nv, nc) contact normals, one column per contact.
+        D: (nv, nd) friction directions, grouped by contact (nd = sum(counts)).
+        mu: (nc,) friction coefficients, >= 0.
+        counts: static sequence of the number of directions per contact.
+        b: (nv,) free velocity: the velocity at the end of the step without contact
+            impulses (v + h M^{-1} k).
+        bn: optional (nc,) offset added to the normal rows: f/h for the
+            position-level Stewart-Trinkle constraint (003 eq. (13)), or a
+            restitution term.
+        row_active: optional (nc + nd + nc,) boolean mask; masked-out rows and
+            columns are replaced by the decoupled row z_i + 1 >= 0 ⊥ z_i, whose only
+            solution is z_i = 0. Gives fixed shapes with a variable number of contacts
+            and directions.
+
+    Returns:
+        A `FrictionLCP`.
+    """
+    counts = tuple(int(k) for k in counts)
+    nc, nd = N.shape[-1], D.shape[-1]
+    if len(counts) != nc:
+        raise ValueError(f"counts has {len(counts)} entries, but N has {nc} contact columns")
+    if sum(counts) != nd:
+        raise ValueError(f"sum(counts) = {sum(counts)} must equal the {nd} columns of D")
+    if M.shape[-2:] != (N.shape[-2], N.shape[-2]) or D.shape[-2] != N.shape[-2] or b.shape[-1] != N.shape[-2]:
+        raise ValueError(f"inconsistent shapes: M {M.shape}, N {N.shape}, D {D.shape}, b {b.shape}")
+    dtype = jnp.result_type(M, N, D, b)
+    E = jnp.asarray(_direction_incidence(counts), dtype)
+    G = jnp.concatenate([N, D], axis=-1)
+    chol = jax.scipy.linalg.cho_factor(M)
+    MinvG = jax.scipy.linalg.cho_solve(chol, G)
+    W = G.T @ MinvG
+    mu = jnp.broadcast_to(jnp.asarray(mu, dtype), (nc,))
+    Z = jnp.zeros((nc, nc), dtype)
+    A = jnp.block(
+        [
+            [W, jnp.concatenate([jnp.zeros((nc, nc), dtype), E], axis=0)],
+            [jnp.diag(mu), -E.T, Z],
+        ]
+    )
+    q = jnp.concatenate([G.T @ b, jnp.zeros((nc,), dtype)])
+    if bn is not None:
+        q = q.at[:nc].add(bn)
+    if row_active is not None:
+        keep = row_active.astype(dtype)
+        A = A * keep[:, None] * keep[None, :] + jnp.diag(1.0 - keep)
+        q = q * keep + (1.0 - keep)
+    return FrictionLCP(LCP(A, q), M, b, N, D, counts)

@@ -1,0 +1,134 @@
+"""The entry points `solve_lcp` and `solve_ncp`, with input checks and a typed solution."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._problems import LCP, NCP, natural_residual
+from ._implicit import implicit_solve
+from ._lemke import MAX_STEPS, NONFINITE, SUCCESS
+from ._solvers import SemismoothNewton, default_tol
+
+
+class Status:
+    """Solver status codes reported in `LCPSolution.status`."""
+
+    SUCCESS = SUCCESS
+    MAX_STEPS = MAX_STEPS  # ran out of iterations (or pivots) above tolerance
+    RAY = 2  # Lemke ended on a secondary ray: no solution found
+    NONFINITE = NONFINITE  # NaN or inf in the data or the iterates
+
+
+class LCPSolution(eqx.Module):
+    """The result of a complementarity solve.
+
+    Attributes:
+        z: (n,) the solution.
+        w: (n,) w = F(z) (A z + b for an LCP).
+        residual: max-norm of the natural map, |min(z_i, w_i)| (|w_i| on equality rows).
+        converged: residual <= tol and all finite.
+        status: a `Status` code.
+        iterations: Newton iterations per start (plus Lemke pivots when the fallback ran).
+        fallback: whether the Lemke fallback ran for this problem.
+    """
+
+    z: jax.Array
+    w: jax.Array
+    residual: jax.Array
+    converged: jax.Array
+    status: jax.Array
+    iterations: jax.Array
+    fallback: jax.Array
+
+
+def _is_concrete(x):
+    return not isinstance(x, jax.core.Tracer)
+
+
+def _check_lcp(A, b, n_free):
+    A, b = jnp.asarray(A), jnp.asarray(b)
+    if A.ndim != 2 or A.shape[0] != A.shape[1]:
+        raise ValueError(f"A must be a square (n, n) matrix, got shape {A.shape}")
+    if b.shape != (A.shape[0],):
+        raise ValueError(f"b must have shape ({A.shape[0]},) to match A, got {b.shape}")
+    if not (0 <= n_free <= A.shape[0]):
+        raise ValueError(f"n_free must be in [0, {A.shape[0]}], got {n_free}")
+    for name, x in (("A", A), ("b", b)):
+        if not jnp.issubdtype(x.dtype, jnp.floating):
+            raise ValueError(f"{name} must be a floating-point array, got dtype {x.dtype}")
+        if _is_concrete(x) and not np.all(np.isfinite(np.asarray(x))):
+            raise ValueError(f"{name} contains NaN or inf")
+    dtype = jnp.result_type(A, b)
+    return A.astype(dtype), b.astype(dtype)
+
+
+def _check_z0(z0, n, dtype):
+    if z0 is None:
+        return jnp.zeros((n,), dtype)
+    z0 = jnp.asarray(z0, dtype)
+    if z0.shape != (n,):
+        raise ValueError(f"z0 must have shape ({n},), got {z0.shape}")
+    if _is_concrete(z0) and not np.all(np.isfinite(np.asarray(z0))):
+        raise ValueError("z0 contains NaN or inf")
+    return z0
+
+
+def _finish(problem, raw, solver):
+    z = raw.z
+    w = problem.F(z)
+    residual = natural_residual(z, w, problem.n_free)
+    tol = solver.tol if solver.tol is not None else default_tol(z.dtype)
+    finite = jnp.isfinite(residual)
+    converged = finite & (residual <= tol)
+    status = jnp.where(converged, SUCCESS, jnp.where(finite, jnp.where(raw.status == SUCCESS, MAX_STEPS, raw.status), NONFINITE))
+    return LCPSolution(z, w, residual, converged, status, raw.iterations, raw.fallback)
+
+
+def solve(problem, *, solver=None, z0=None, grad_smoothing=0.0):
+    """Solve an `LCP` or `NCP` problem object; see `solve_lcp`."""
+    solver = SemismoothNewton() if solver is None else solver
+    if not grad_smoothing >= 0:
+        raise ValueError(f"grad_smoothing must be >= 0, got {grad_smoothing}")
+    n = problem.size
+    dtype = jax.tree_util.tree_leaves(eqx.filter(problem, eqx.is_inexact_array))[0].dtype
+    z0 = jax.lax.stop_gradient(_check_z0(z0, n, dtype))
+    raw = implicit_solve(solver.run, problem, z0, grad_smoothing)
+    return _finish(problem, raw, solver)
+
+
+def solve_lcp(A, b, *, solver=None, z0=None, n_free=0, grad_smoothing=0.0) -> LCPSolution:
+    """Solve the (mixed) LCP 0 <= z ⊥ w = A z + b >= 0.
+
+    Works under `jit`, `vmap` and `grad`. Gradients with respect to A and b come
+    from implicit differentiation at the solution (never through the iterations).
+
+    Args:
+        A: (n, n) matrix.
+        b: (n,) vector.
+        solver: `SemismoothNewton()` (default) or `Lemke()`.
+        z0: optional (n,) warm start.
+        n_free: static number of leading equality rows (w_i = 0, z_i free).
+        grad_smoothing: eps >= 0; see `implicit_solve`.
+
+    Returns:
+        An `LCPSolution`. Under `jit`, NaN data give `converged = False` and
+        status NONFINITE; outside `jit` they raise `ValueError`.
+    """
+    A, b = _check_lcp(A, b, n_free)
+    return solve(LCP(A, b, n_free), solver=solver, z0=z0, grad_smoothing=grad_smoothing)
+
+
+def solve_ncp(fn, args, n, *, solver=None, z0=None, n_free=0, grad_smoothing=0.0) -> LCPSolution:
+    """Solve the nonlinear (mixed) complementarity problem 0 <= z ⊥ fn(z, args) >= 0.
+
+    Args:
+        fn: (z, args) -> w, smooth, both (n,).
+        args: pytree of arrays; gradients flow to its floating leaves.
+        n: problem size.
+    """
+    if not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be a positive integer, got {n!r}")
+    if not (0 <= n_free <= n):
+        raise ValueError(f"n_free must be in [0, {n}], got {n_free}")
+    return solve(NCP(fn, args, n, n_free), solver=solver, z0=z0, grad_smoothing=grad_smoothing)

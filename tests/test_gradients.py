@@ -1,0 +1,103 @@
+"""Implicit gradients against central finite differences, and at degenerate points."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import jaxrbd as rbd
+
+GRAD_RTOL = 1e-5  # acceptance: 1e-5 relative on unique, strictly complementary problems
+FD_STEP = 1e-6
+STRICT_MARGIN = 1e-2
+
+
+def _central_fd(f, x, step=FD_STEP):
+    x = np.asarray(x, dtype=np.float64)
+    g = np.zeros_like(x)
+    for idx in np.ndindex(x.shape):
+        e = np.zeros_like(x)
+        e[idx] = step
+        g[idx] = (f(x + e) - f(x - e)) / (2 * step)
+    return g
+
+
+def _unique_problem(seed, n=8):
+    k1, k2 = jax.random.split(jax.random.PRNGKey(seed))
+    X = jax.random.normal(k1, (n, n))
+    A = X @ X.T / n + 0.5 * jnp.eye(n) + 0.3 * (X - X.T) / n  # positive definite: unique solution
+    b = jax.random.normal(k2, (n,))
+    return A, b
+
+
+def _check_grads(solver, seed):
+    A, b = _unique_problem(seed)
+    c = jnp.linspace(0.5, 1.5, b.shape[0])
+    f = jax.jit(lambda A, b: jnp.dot(c, rbd.solve_lcp(A, b, solver=solver).z))
+    sol = rbd.solve_lcp(A, b, solver=solver)
+    assert float(jnp.min(jnp.maximum(sol.z, sol.w))) > STRICT_MARGIN  # strictly complementary
+    gA, gb = jax.grad(f, argnums=(0, 1))(A, b)
+    fd_b = _central_fd(lambda x: float(f(A, jnp.asarray(x))), b)
+    fd_A = _central_fd(lambda x: float(f(jnp.asarray(x), b)), A)
+    np.testing.assert_allclose(gb, fd_b, rtol=GRAD_RTOL, atol=GRAD_RTOL * np.abs(fd_b).max())
+    np.testing.assert_allclose(gA, fd_A, rtol=GRAD_RTOL, atol=GRAD_RTOL * np.abs(fd_A).max())
+
+
+def test_gradients_match_finite_differences_ssn():
+    for seed in range(3):
+        _check_grads(rbd.SemismoothNewton(), seed)
+
+
+def test_gradients_match_finite_differences_lemke():
+    _check_grads(rbd.Lemke(), 0)
+
+
+def test_gradient_at_degenerate_point_is_finite():
+    # A = I, b = 0: z = w = 0 in every row (the FB kink).
+    A, b = jnp.eye(3), jnp.zeros(3)
+    for eps in (0.0, 1e-3):
+        g = jax.grad(lambda A, b: jnp.sum(rbd.solve_lcp(A, b, grad_smoothing=eps).z), argnums=(0, 1))(A, b)
+        assert all(bool(jnp.all(jnp.isfinite(x))) for x in g)
+    # With smoothing the kink gets a blend: d z / d b = -1/2 per row (FB_eps at a = b = 0).
+    gb = jax.grad(lambda b: jnp.sum(rbd.solve_lcp(A, b, grad_smoothing=1e-3).z))(b)
+    np.testing.assert_allclose(gb, -0.5 * np.ones(3), rtol=1e-6)
+
+
+def test_impulse_gradient_with_non_unique_multipliers():
+    """A body held by more contacts than it has degrees of freedom: lam and beta are
+    not unique, the generalized impulse is, and so is its derivative."""
+    M = jnp.diag(jnp.array([2.0, 2.0, 0.1]))
+    # Planar block with two corner contacts at x = +-0.5: normal (0, 1, +-0.5), tangent (1, 0, 0).
+    N = jnp.array([[0.0, 0.0], [1.0, 1.0], [0.5, -0.5]])
+    D = jnp.array([[1.0, -1.0, 1.0, -1.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]])
+    mu = jnp.array([0.8, 0.8])
+
+    def impulse(b):
+        prob = rbd.friction_lcp(M, N, D, mu, (2, 2), b)
+        return prob.impulse(rbd.solve_lcp(prob.lcp.A, prob.lcp.b).z)
+
+    b0 = jnp.array([0.3, -1.0, 0.0])  # pressed down, sliding slowly: sticks (0.3 < 0.8 * 1)
+    z = rbd.solve_lcp(*_lcp_arrays(M, N, D, mu, b0)).z
+    assert float(z[-2:].max()) < 1e-12  # sticking: lam = 0
+    jac = jax.jacrev(impulse)(b0)
+    fd = np.stack([_central_fd(lambda x, i=i: float(impulse(jnp.asarray(x))[i]), b0) for i in range(3)])
+    assert bool(jnp.all(jnp.isfinite(jac)))
+    np.testing.assert_allclose(jac, fd, rtol=GRAD_RTOL, atol=1e-8)
+
+
+def _lcp_arrays(M, N, D, mu, b):
+    prob = rbd.friction_lcp(M, N, D, mu, (2, 2), b)
+    return prob.lcp.A, prob.lcp.b
+
+
+def test_gradient_through_friction_builder_wrt_mu():
+    """A sliding contact: the friction impulse is mu c_n, so d impulse_x / d mu = -c_n."""
+    M = jnp.eye(2)
+    N = jnp.array([[0.0], [1.0]])
+    D = jnp.array([[1.0, -1.0], [0.0, 0.0]])
+
+    def friction_x(mu):
+        prob = rbd.friction_lcp(M, N, D, jnp.array([mu]), (2,), jnp.array([2.0, -1.0]))
+        return prob.impulse(rbd.solve_lcp(prob.lcp.A, prob.lcp.b).z)[0]
+
+    np.testing.assert_allclose(friction_x(0.3), -0.3, rtol=1e-12)
+    np.testing.assert_allclose(jax.grad(friction_x)(0.3), -1.0, rtol=1e-10)
