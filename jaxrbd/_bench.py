@@ -1,0 +1,108 @@
+"""Solver benchmark: time, batch throughput, success rate and gradient cost against problem size."""
+
+import json
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+from tqdm.auto import tqdm
+
+from ._random import random_friction_lcp
+from .complementarity import Lemke, SemismoothNewton, solve_lcp
+
+DIRECTIONS = 8
+CONTACTS = (1, 2, 5, 10, 20)
+
+
+def _time(f, *args, repeats):
+    jax.block_until_ready(f(*args))
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        jax.block_until_ready(f(*args))
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def _problems(contacts, batch, seed):
+    dofs = max(3, min(30, 3 * contacts))
+    keys = jax.random.split(jax.random.PRNGKey(seed), batch)
+    make = lambda k: random_friction_lcp(  # noqa: E731
+        k,
+        max_dofs=dofs,
+        min_dofs=dofs,
+        max_contacts=contacts,
+        min_contacts=contacts,
+        max_directions=DIRECTIONS,
+        min_directions=DIRECTIONS,
+    )
+    return jax.vmap(make)(keys)
+
+
+def run_benchmark(batch=256, repeats=3, contacts=CONTACTS, seed=0):
+    """Return one row per (solver, contacts): size, times, solved fraction, gradient cost."""
+    solvers = {"SemismoothNewton": SemismoothNewton(), "Lemke": Lemke()}
+    rows = []
+    for nc in tqdm(contacts, desc="problem sizes"):
+        probs = _problems(nc, batch, seed)
+        A, b = probs.lcp.A, probs.lcp.b
+        for name, solver in solvers.items():
+            one = jax.jit(lambda A, b, s=solver: solve_lcp(A, b, solver=s).z)
+            many = jax.jit(jax.vmap(lambda A, b, s=solver: solve_lcp(A, b, solver=s)))
+            grad = jax.jit(jax.grad(lambda A, b, s=solver: jnp.sum(solve_lcp(A, b, solver=s).z), argnums=(0, 1)))
+            t0 = time.perf_counter()
+            jax.block_until_ready(one(A[0], b[0]))
+            compile_s = time.perf_counter() - t0
+            sol = many(A, b)
+            rows.append(
+                {
+                    "solver": name,
+                    "contacts": nc,
+                    "size": int(b.shape[-1]),
+                    "compile_s": compile_s,
+                    "solve_ms": 1e3 * _time(one, A[0], b[0], repeats=repeats),
+                    "batch": batch,
+                    "batch_ms": 1e3 * _time(many, A, b, repeats=repeats),
+                    "solved": float(jnp.mean(sol.converged)),
+                    "worst_residual": float(jnp.max(sol.residual)),
+                    "fallback": float(jnp.mean(sol.fallback)),
+                    "grad_over_solve": _time(grad, A[0], b[0], repeats=repeats) / _time(one, A[0], b[0], repeats=repeats),
+                }
+            )
+    return rows
+
+
+COLUMNS = [
+    ("solver", "{:<17}"),
+    ("contacts", "{:>8}"),
+    ("size", "{:>5}"),
+    ("compile_s", "{:>9.2f}"),
+    ("solve_ms", "{:>9.2f}"),
+    ("batch_ms", "{:>9.1f}"),
+    ("solved", "{:>7.3f}"),
+    ("worst_residual", "{:>14.1e}"),
+    ("fallback", "{:>8.3f}"),
+    ("grad_over_solve", "{:>15.2f}"),
+]
+
+
+def format_table(rows):
+    head = " ".join(f"{name:>{len(fmt.format(rows[0][name]))}}" for name, fmt in COLUMNS)
+    lines = [head, "-" * len(head)]
+    lines += [" ".join(fmt.format(row[name]) for name, fmt in COLUMNS) for row in rows]
+    return "\n".join(lines)
+
+
+def main(out=None, batch=256, repeats=3, contacts=CONTACTS):
+    rows = run_benchmark(batch=batch, repeats=repeats, contacts=contacts)
+    header = (
+        f"friction LCPs, {DIRECTIONS} directions per contact, {jax.default_backend()} "
+        f"({jax.devices()[0].device_kind}), dtype {jnp.zeros(()).dtype}; batch_ms is one vmapped call of {batch}"
+    )
+    print(header)
+    print(format_table(rows))
+    if out is not None:
+        with open(out, "w") as f:
+            json.dump({"header": header, "rows": rows}, f, indent=2)
+    return rows
