@@ -93,10 +93,14 @@ def plot_demo(prob, q, sol, study, path, p=ROD):
     ax0.plot(ends[:, 0], ends[:, 1], "-", lw=2 * 72 * r * 4, color="tab:blue", solid_capstyle="round", alpha=0.6)
     ax0.axhline(0, color="k")
     c_n, beta, _ = prob.split(sol.z)
+    friction = np.asarray(beta[0::2] - beta[1::2])
+    scale = 0.3 / max(float(jnp.max(c_n)), 1e-12)
     for i in range(2):
-        px = ends[i, 0] - 0.0
-        fx = float(beta[2 * i] - beta[2 * i + 1])
-        ax0.annotate("", xy=(px + fx, float(c_n[i])), xytext=(px, 0), arrowprops=dict(arrowstyle="->", color="tab:red"))
+        if float(c_n[i]) > 0:
+            px = ends[i, 0]
+            tip = (px + scale * friction[i], scale * float(c_n[i]))
+            ax0.annotate("", xy=tip, xytext=(px, 0), arrowprops=dict(arrowstyle="-|>", color="tab:red", lw=2))
+            ax0.text(tip[0], tip[1] + 0.02, f"c_n = {float(c_n[i]):.3f} N s", color="tab:red", ha="center")
     ax0.set_title("P1 rod at its impact step (h = 0.01): contact impulses")
     ax0.set_aspect("equal")
     ax0.set_xlim(-0.6, 0.6)
