@@ -7,7 +7,7 @@ import numpy as np
 
 from .._problems import LCP, NCP, natural_residual
 from ._implicit import implicit_solve
-from ._lemke import MAX_STEPS, NONFINITE, SUCCESS
+from ._lemke import MAX_STEPS, NONFINITE, RAY, SUCCESS
 from ._solvers import SemismoothNewton, default_tol
 
 
@@ -16,7 +16,7 @@ class Status:
 
     SUCCESS = SUCCESS
     MAX_STEPS = MAX_STEPS  # ran out of iterations (or pivots) above tolerance
-    RAY = 2  # Lemke ended on a secondary ray: no solution found
+    RAY = RAY  # Lemke ended on a secondary ray: no solution found
     NONFINITE = NONFINITE  # NaN or inf in the data or the iterates
 
 

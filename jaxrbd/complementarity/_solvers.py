@@ -7,11 +7,14 @@ is decided once, in `_implicit.py`.
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jax import lax
 
 from .._problems import LCP, natural_residual
 from ._lemke import MAX_STEPS, SUCCESS, lemke_mixed
 from ._newton import newton_chain, row_scale
+
+
+POLISH_LINE_SEARCH = 8
+POLISH_REGULARIZATION = 1e-4
 
 
 def default_tol(dtype):
@@ -67,7 +70,7 @@ class Lemke(eqx.Module):
         max_pivots = self.max_pivots or 10 * n
         z, status, pivots = lemke_mixed(s[:, None] * problem.A, s * problem.b, problem.n_free, max_pivots)
         if self.polish_iterations:
-            zp = newton_chain(problem, z, s, self.polish_iterations, 8, 1.0)
+            zp = newton_chain(problem, z, s, self.polish_iterations, POLISH_LINE_SEARCH, POLISH_REGULARIZATION)
             z = jnp.where(_residual(problem, zp) < _residual(problem, z), zp, z)
         return RawSolution(z, status, pivots, jnp.array(False))
 
@@ -129,21 +132,24 @@ class SemismoothNewton(eqx.Module):
         iterations = jnp.array(self.iterations)
         if not (self.fallback and isinstance(problem, LCP)):
             return RawSolution(z, jnp.where(failed, MAX_STEPS, SUCCESS), iterations, jnp.array(False))
-        return _lemke_fallback(problem, z, s, failed, iterations, self.line_search_steps)
+        return _lemke_fallback(problem, z, failed, iterations)
 
 
-def _lemke_fallback(problem, z, s, failed, iterations, line_search_steps):
+def _lemke_fallback(problem, z, failed, iterations):
     """Lemke for a lane that failed; a zero-trip loop for one that converged.
 
-    The bound on pivots is 0 for converged lanes, so under `vmap` the batched
-    while loop runs only as long as the slowest failed lane needs.
+    A converged lane hands Lemke the trivial problem (A = I, b = 1), solved before
+    the first pivot, so under `vmap` the batched while loop runs only as long as
+    the slowest failed lane needs.
     """
     n = problem.size
-    A = jnp.where(failed, s[:, None] * problem.A, jnp.eye(n, dtype=z.dtype))
-    b = jnp.where(failed, s * problem.b, jnp.ones((n,), z.dtype))
-    zl, status, pivots = lemke_mixed(A, b, problem.n_free, 10 * n)
-    zl = newton_chain(problem, zl, s, 3, line_search_steps, 1.0)
-    better = failed & (_residual(problem, zl) < _residual(problem, z))
-    z = jnp.where(better, zl, z)
-    status = jnp.where(failed, jnp.where(status == SUCCESS, SUCCESS, status), SUCCESS)
-    return RawSolution(z, status, iterations + jnp.where(failed, pivots, 0), failed)
+    masked = LCP(
+        jnp.where(failed, problem.A, jnp.eye(n, dtype=z.dtype)),
+        jnp.where(failed, problem.b, jnp.ones((n,), z.dtype)),
+        problem.n_free,
+    )
+    raw = Lemke().run(masked, z)
+    better = failed & (_residual(problem, raw.z) < _residual(problem, z))
+    z = jnp.where(better, raw.z, z)
+    status = jnp.where(failed, raw.status, SUCCESS)
+    return RawSolution(z, status, iterations + jnp.where(failed, raw.iterations, 0), failed)
