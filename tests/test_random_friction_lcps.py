@@ -126,19 +126,29 @@ def test_acceptance_1000_problems():
 
 @pytest.mark.slow
 def test_float32_residuals():
-    """float32: report the residual distribution; every lane that misses the tolerance says so.
+    """float32: report the residual distribution; a lane flagged converged really is solved.
 
-    On these problems (mass matrices spanning three decades, up to 10 contacts on
-    3 degrees of freedom) single precision cannot reach 1e-5 everywhere: the
-    residual quantiles are printed for the record, and the test asserts that the
-    `converged` flag is truthful and that nearly all lanes converge.
+    The float64 problems are rounded to float32 and solved there. Single precision
+    does not reach 1e-5 on every one of these problems (mass matrices spanning
+    three decades, up to 10 contacts on 3 degrees of freedom): Lemke's pivoting
+    loses the path in round-off on a few percent of them. The quantiles are
+    printed for the record. Asserted: the `converged` flag is exactly
+    `residual <= 1e-5`, and every lane flagged converged solves the float64
+    problem, evaluated in float64, to 1e-5 plus the round-off of storing z in
+    float32 (4 eps32 |A| |z| + |b|).
     """
-    probs = random_batch(200, seed=5, dtype=jnp.float32)
+    probs = random_batch(200, seed=5)
     A, b = probs.lcp.A, probs.lcp.b
-    sol = jax.jit(jax.vmap(lambda A, b: rbd.solve_lcp(A, b)))(A, b)
+    sol = jax.jit(jax.vmap(lambda A, b: rbd.solve_lcp(A, b)))(A.astype(jnp.float32), b.astype(jnp.float32))
     assert sol.z.dtype == jnp.float32
     res = np.asarray(sol.residual)
     q = np.quantile(res, [0.5, 0.9, 0.95, 0.99, 1.0])
-    print(f"\nfloat32 residual quantiles (50, 90, 95, 99, 100%): {q}; converged {int(sol.converged.sum())}/200")
-    np.testing.assert_array_equal(np.asarray(sol.converged), res <= FLOAT32_TOL)
-    assert np.mean(res <= FLOAT32_TOL) >= 0.95
+    converged = np.asarray(sol.converged)
+    print(f"\nfloat32 residual quantiles (50, 90, 95, 99, 100%): {q}; converged {int(converged.sum())}/200")
+    np.testing.assert_array_equal(converged, res <= FLOAT32_TOL)
+    z = sol.z.astype(jnp.float64)
+    w = jnp.einsum("...ij,...j->...i", A, z) + b
+    res64 = np.asarray(jax.vmap(rbd.natural_residual)(z, w))
+    scale = np.abs(A).max(axis=(-1, -2)) * np.abs(z).max(axis=-1) + np.abs(b).max(axis=-1)
+    bound = FLOAT32_TOL + 4 * np.finfo(np.float32).eps * np.asarray(scale)
+    assert np.all(res64[converged] <= bound[converged]), (res64 - bound)[converged].max()
