@@ -1,17 +1,26 @@
 """jaxrbd: a differentiable rigid-body simulator in JAX for contact, Coulomb friction and impact."""
 
 from . import complementarity as complementarity
+from . import scenes as scenes
 from ._problems import LCP as LCP
 from ._problems import NCP as NCP
 from ._problems import FrictionLCP as FrictionLCP
 from ._problems import friction_lcp as friction_lcp
 from ._problems import natural_residual as natural_residual
 from ._random import random_friction_lcp as random_friction_lcp
-from .complementarity import Lemke as Lemke
 from .complementarity import LCPSolution as LCPSolution
+from .complementarity import Lemke as Lemke
 from .complementarity import SemismoothNewton as SemismoothNewton
 from .complementarity import Status as Status
 from .complementarity import solve_lcp as solve_lcp
 from .complementarity import solve_ncp as solve_ncp
+from .model import State as State
+from .model import System as System
+from .stepping import AnitescuPotra as AnitescuPotra
+from .stepping import ContactImpulses as ContactImpulses
+from .stepping import StepStats as StepStats
+from .stepping import StewartTrinkle as StewartTrinkle
+from .stepping import Trajectory as Trajectory
+from .stepping import simulate as simulate
 
 __version__ = "0.1.0"

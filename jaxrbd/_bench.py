@@ -28,7 +28,7 @@ def _time(f, *args, repeats):
 def _problems(contacts, batch, seed):
     dofs = max(3, min(30, 3 * contacts))
     keys = jax.random.split(jax.random.PRNGKey(seed), batch)
-    make = lambda k: random_friction_lcp(  # noqa: E731
+    make = lambda k: random_friction_lcp(
         k,
         max_dofs=dofs,
         min_dofs=dofs,

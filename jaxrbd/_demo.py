@@ -89,7 +89,9 @@ def plot_demo(prob, q, sol, study, path, p=ROD):
     fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(12, 4.5))
     x, y, th = (float(a) for a in q)
     half, r = 0.5 * p["length"], p["radius"]
-    ends = np.array([[x + half * math.cos(th), y + half * math.sin(th)], [x - half * math.cos(th), y - half * math.sin(th)]])
+    ends = np.array(
+        [[x + half * math.cos(th), y + half * math.sin(th)], [x - half * math.cos(th), y - half * math.sin(th)]]
+    )
     ax0.plot(ends[:, 0], ends[:, 1], "-", lw=2 * 72 * r * 4, color="tab:blue", solid_capstyle="round", alpha=0.6)
     ax0.axhline(0, color="k")
     c_n, beta, _ = prob.split(sol.z)
@@ -122,13 +124,18 @@ def plot_demo(prob, q, sol, study, path, p=ROD):
 def run_demo(out="out", n_problems=200):
     os.makedirs(out, exist_ok=True)
     t, q, v, prob = rod_impact_step()
-    print(f"P1 falling rod, h = 0.01: first step with a closing gap starts at t = {t:.3f} s (paper: impact at t ~ 0.383)")
+    print(
+        f"P1 falling rod, h = 0.01: first step with a closing gap starts at t = {t:.3f} s (paper: impact at t ~ 0.383)"
+    )
     print(f"  q = {np.round(np.asarray(q), 4)}, v = {np.round(np.asarray(v), 4)}")
     stale = jnp.array([0.0, 3.0, 0.0, 0.0, 0.0, 2.0, 0.0, 1.0])  # multipliers of some other step
     rows = [
         ("SemismoothNewton, cold", solve_lcp(prob.lcp.A, prob.lcp.b)),
         ("SemismoothNewton, stale warm start", solve_lcp(prob.lcp.A, prob.lcp.b, z0=stale)),
-        ("Newton alone, stale warm start", solve_lcp(prob.lcp.A, prob.lcp.b, z0=stale, solver=SemismoothNewton(fallback=False))),
+        (
+            "Newton alone, stale warm start",
+            solve_lcp(prob.lcp.A, prob.lcp.b, z0=stale, solver=SemismoothNewton(fallback=False)),
+        ),
         ("Lemke", solve_lcp(prob.lcp.A, prob.lcp.b, solver=Lemke())),
     ]
     print(f"  {'solver':<36} {'residual':>9}  converged  c_n (both ends)      v+ = (vx, vy, omega)")

@@ -4,10 +4,10 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
-import jax.numpy as jnp  # noqa: E402
-import pytest  # noqa: E402
+import jax.numpy as jnp
+import pytest
 
-import jaxrbd as rbd  # noqa: E402
+import jaxrbd as rbd
 
 
 def random_batch(n, seed=0, dtype=jnp.float64):

@@ -4,9 +4,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import random_batch, solve_batch_lemke, solve_batch_ssn
 
 import jaxrbd as rbd
-from conftest import random_batch, solve_batch_lemke, solve_batch_ssn
 
 RESIDUAL_TOL = 1e-8  # acceptance: residual <= 1e-8 in float64
 IMPULSE_RTOL = 1e-8  # acceptance: N c_n + D beta agrees to 1e-8 relative

@@ -81,7 +81,9 @@ def _finish(problem, raw, solver):
     tol = solver.tol if solver.tol is not None else default_tol(z.dtype)
     finite = jnp.isfinite(residual)
     converged = finite & (residual <= tol)
-    status = jnp.where(converged, SUCCESS, jnp.where(finite, jnp.where(raw.status == SUCCESS, MAX_STEPS, raw.status), NONFINITE))
+    status = jnp.where(
+        converged, SUCCESS, jnp.where(finite, jnp.where(raw.status == SUCCESS, MAX_STEPS, raw.status), NONFINITE)
+    )
     return LCPSolution(z, w, residual, converged, status, raw.iterations, raw.fallback)
 
 

@@ -12,7 +12,6 @@ from .._problems import LCP, natural_residual
 from ._lemke import MAX_STEPS, SUCCESS, lemke_mixed
 from ._newton import newton_chain, row_scale
 
-
 POLISH_LINE_SEARCH = 8
 POLISH_REGULARIZATION = 1e-4
 
@@ -121,9 +120,9 @@ class SemismoothNewton(eqx.Module):
         cold = jnp.zeros((n,), z0.dtype)
         s = row_scale(problem.jac(cold))
         starts = jnp.stack([z0, cold])
-        zs = jax.vmap(lambda z: newton_chain(problem, z, s, self.iterations, self.line_search_steps, self.regularization))(
-            starts
-        )
+        zs = jax.vmap(
+            lambda z: newton_chain(problem, z, s, self.iterations, self.line_search_steps, self.regularization)
+        )(starts)
         res = jax.vmap(lambda z: _residual(problem, z))(zs)
         res = jnp.where(jnp.isnan(res), jnp.inf, res)
         z = zs[jnp.argmin(res)]

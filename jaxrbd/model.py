@@ -1,0 +1,173 @@
+"""Mechanical systems in generalized coordinates (000 §2 and §5, 003 §2).
+
+A `System` holds the user's functions (mass matrix, potential, external force,
+kinematic map G, gaps, tangential velocity maps) as static fields and every
+physical parameter as an array leaf in `params` and `mu`, so that a parameter can
+be traced under `grad` and `vmap`. jaxrbd derives the rest by autodiff: the
+contact normals n_j = G^T grad f_j, the Coriolis/centrifugal term k(q, v) and
+the polyhedral friction directions.
+"""
+
+from collections.abc import Callable
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+class State(eqx.Module):
+    """Time, generalized coordinates q (nq,) and velocities v (nv,)."""
+
+    t: jax.Array
+    q: jax.Array
+    v: jax.Array
+
+
+def _no_force(t, q, v, params):
+    return jnp.zeros_like(v)
+
+
+def _is_concrete(x):
+    return not isinstance(x, jax.core.Tracer)
+
+
+def polygon_directions(k, dtype=jnp.float64):
+    """(k, 2) unit vectors at angles 2 pi i / k: the polyhedral cone of 003 eq. (3) in (t, o)."""
+    angles = 2 * np.pi * np.arange(k) / k
+    return jnp.asarray(np.stack([np.cos(angles), np.sin(angles)], axis=1), dtype)
+
+
+class System(eqx.Module):
+    """A mechanical system with unilateral frictional contacts, in generalized coordinates.
+
+    The equations of motion are M(q) dv/dt = k(q, v) - G(q)^T grad V(q) + F_ext(t, q, v)
+    + contact forces, with dq/dt = G(q) v (000 eq. (2), (36)).
+
+    Attributes:
+        params: a pytree of arrays, the physical parameters; passed to every function.
+        mu: (nc,) friction coefficients, one per contact.
+        mass_matrix: ``(q, params) -> (nv, nv)`` symmetric positive definite M(q).
+        potential: ``(q, params) -> ()`` potential energy V(q).
+        gaps: ``(q, params) -> (nc,)`` gap functions f_j(q); f_j >= 0 is admissible.
+        tangents: ``(q, params) -> (nc, m, nv)`` the tangential velocity map of each
+            contact, with m = 1 (planar: one tangent direction) or m = 2 (spatial:
+            two orthogonal tangent directions t, o). Its rows are the velocity
+            Jacobians of the contact point along the tangents.
+        external_force: ``(t, q, v, params) -> (nv,)`` generalized external force.
+        kinematics: ``(q, params) -> (nq, nv)`` the map G(q) in dq/dt = G(q) v; None
+            means G = I (q and v of the same size).
+        directions: number of friction directions per contact: 2 when m = 1 (the
+            exact planar cone, +t and -t), k >= 3 equally spaced when m = 2.
+    """
+
+    params: Any
+    mu: jax.Array
+    mass_matrix: Callable = eqx.field(static=True)
+    potential: Callable = eqx.field(static=True)
+    gaps: Callable = eqx.field(static=True)
+    tangents: Callable = eqx.field(static=True)
+    external_force: Callable = eqx.field(static=True, default=_no_force)
+    kinematics: Callable | None = eqx.field(static=True, default=None)
+    directions: int = eqx.field(static=True, default=2)
+
+    @property
+    def num_contacts(self):
+        return self.mu.shape[-1]
+
+    def G(self, q):
+        if self.kinematics is None:
+            return jnp.eye(q.shape[-1], dtype=q.dtype)
+        return self.kinematics(q, self.params)
+
+    def M(self, q):
+        return self.mass_matrix(q, self.params)
+
+    def gap(self, q):
+        return self.gaps(q, self.params)
+
+    def gap_jacobian(self, q):
+        """(nc, nq) the gradients of the gap functions, grad f_j(q)^T."""
+        return jax.jacfwd(self.gap)(q)
+
+    def normals(self, q):
+        """(nv, nc) contact normals in velocity space, n_j = G(q)^T grad f_j(q) (000 §5)."""
+        return (self.gap_jacobian(q) @ self.G(q)).T
+
+    def friction_directions(self, q):
+        """(nv, nc * k) friction directions d_ji, grouped by contact (003 eq. (3)), and U (k, m).
+
+        With one tangent (m = 1) they are +t and -t; with two, k unit vectors
+        equally spaced in the (t, o) plane.
+        """
+        T = self.tangents(q, self.params)  # (nc, m, nv)
+        U = self.tangent_directions(T.shape[1], q.dtype)  # (k, m)
+        D = jnp.einsum("km,cmv->vck", U, T)
+        return D.reshape(D.shape[0], -1), U
+
+    def tangent_directions(self, m, dtype):
+        """(k, m) the friction directions in each contact's tangent coordinates."""
+        if m == 1:
+            return jnp.array([[1.0], [-1.0]], dtype)
+        return polygon_directions(self.directions, dtype)
+
+    def coriolis(self, q, v):
+        """k(q, v): the Coriolis and centrifugal generalized force.
+
+        From the Lagrangian T = v^T M(q) v / 2 with dq/dt = G(q) v (Hamel's equations):
+        k = G^T grad_q T - (dM/dt) v - sum_l v_l C_l^T (M v), where the columns of
+        C_l are the coefficients of the Lie brackets [g_l, g_i] = G c_li of the
+        columns g of G. With G = I this is 000 eq. (2).
+        """
+        G = self.G(q)
+        qdot = G @ v
+        kinetic = lambda q_: 0.5 * v @ self.M(q_) @ v
+        dM = jax.jvp(self.M, (q,), (qdot,))[1]
+        k = G.T @ jax.grad(kinetic)(q) - dM @ v
+        if self.kinematics is not None:
+            # Lie brackets [G v, g_i] = (dg_i/dq) G v - (d(G v)/dq) g_i, written as G C.
+            dG_along = jax.jvp(self.G, (q,), (qdot,))[1]
+            dGv = jax.jacfwd(lambda q_: self.G(q_) @ v)(q)
+            C = jnp.linalg.lstsq(G, dG_along - dGv @ G)[0]
+            k = k + C.T @ (self.M(q) @ v)
+        return k
+
+    def generalized_force(self, t, q, v):
+        """k(q, v) - G^T grad V(q) + F_ext(t, q, v): everything but the contact forces."""
+        grad_v = jax.grad(lambda q_: self.potential(q_, self.params))(q)
+        return self.coriolis(q, v) - self.G(q).T @ grad_v + self.external_force(t, q, v, self.params)
+
+    def energy(self, q, v):
+        """Kinetic plus potential energy."""
+        return 0.5 * v @ self.M(q) @ v + self.potential(q, self.params)
+
+
+def check_system(system, state):
+    """ValueError naming the function whose output shape does not fit the state."""
+    if not isinstance(system, System):
+        raise TypeError(f"system must be a jaxrbd.System, got {type(system).__name__}")
+    q, v = jnp.asarray(state.q), jnp.asarray(state.v)
+    if q.ndim != 1 or v.ndim != 1:
+        raise ValueError(f"state.q and state.v must be vectors, got shapes {q.shape} and {v.shape}")
+    nc = system.mu.shape[-1]
+    shapes = {
+        "mass_matrix": (jax.eval_shape(system.M, q).shape, (v.shape[0], v.shape[0])),
+        "gaps": (jax.eval_shape(system.gap, q).shape, (nc,)),
+        "kinematics": (jax.eval_shape(system.G, q).shape, (q.shape[0], v.shape[0])),
+        "potential": (jax.eval_shape(lambda q: system.potential(q, system.params), q).shape, ()),
+        "external_force": (
+            jax.eval_shape(lambda t, q, v: system.external_force(t, q, v, system.params), state.t, q, v).shape,
+            v.shape,
+        ),
+    }
+    for name, (got, want) in shapes.items():
+        if got != want:
+            raise ValueError(
+                f"system.{name} returns shape {got}, expected {want} (nq = {q.shape[0]}, nv = {v.shape[0]}, nc = {nc})"
+            )
+    T = jax.eval_shape(lambda q: system.tangents(q, system.params), q).shape
+    if len(T) != 3 or T[0] != nc or T[1] not in (1, 2) or T[2] != v.shape[0]:
+        raise ValueError(f"system.tangents returns shape {T}, expected ({nc}, 1 or 2, {v.shape[0]})")
+    if T[1] == 2 and system.directions < 3:
+        raise ValueError(f"system.directions must be >= 3 with two tangent directions, got {system.directions}")
