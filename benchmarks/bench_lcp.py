@@ -1,6 +1,6 @@
 """Benchmark the complementarity solvers on random friction LCPs (1 to 20 contacts).
 
-    python benchmarks/bench_lcp.py [--float32] [--batch 256] [--out bench_lcp.json]
+python benchmarks/bench_lcp.py [--float32] [--batch 256] [--out bench_lcp.json]
 """
 
 import argparse
@@ -15,6 +15,6 @@ parser.add_argument("--out", default="bench_lcp.json", help="where to write the 
 args = parser.parse_args()
 jax.config.update("jax_enable_x64", not args.float32)
 
-from jaxrbd._bench import main  # noqa: E402
+from jaxrbd._bench import main
 
 main(out=args.out, batch=args.batch, repeats=args.repeats)

@@ -95,7 +95,14 @@ def format_table(rows):
     return "\n".join(lines)
 
 
-def main(out=None, batch=256, repeats=3, contacts=CONTACTS):
+def main(out=None, batch=256, repeats=3, contacts=CONTACTS, solvers=True):
+    rod = rod_benchmark(batch=batch, repeats=repeats)
+    print(format_rod(rod))
+    if not solvers:
+        if out is not None:
+            with open(out, "w") as f:
+                json.dump({"rod": rod}, f, indent=2)
+        return rod
     rows = run_benchmark(batch=batch, repeats=repeats, contacts=contacts)
     header = (
         f"friction LCPs, {DIRECTIONS} directions per contact, {jax.default_backend()} "
@@ -105,5 +112,49 @@ def main(out=None, batch=256, repeats=3, contacts=CONTACTS):
     print(format_table(rows))
     if out is not None:
         with open(out, "w") as f:
-            json.dump({"header": header, "rows": rows}, f, indent=2)
+            json.dump({"rod": rod, "header": header, "rows": rows}, f, indent=2)
     return rows
+
+
+def rod_benchmark(batch=256, dt=0.0025, steps=320, repeats=3):
+    """The falling rod (P1): compile time, steps/s, batched env-steps/s, gradient cost."""
+    from . import scenes
+    from .stepping import simulate
+
+    def final_x(mu):
+        return simulate(*scenes.falling_rod(mu=mu), dt=dt, steps=steps).q[-1, 0]
+
+    one = jax.jit(final_x)
+    many = jax.jit(jax.vmap(final_x))
+    grad = jax.jit(jax.grad(final_x))
+    mu, mus = jnp.asarray(0.6), jnp.linspace(0.1, 1.5, batch)
+    compile_s = {}
+    for name, f, x in (("rollout", one, mu), ("batch", many, mus), ("gradient", grad, mu)):
+        t = time.perf_counter()
+        jax.block_until_ready(f(x))
+        compile_s[name] = time.perf_counter() - t
+    rollout = _time(one, mu, repeats=repeats)
+    return {
+        "dt": dt,
+        "steps": steps,
+        "batch": batch,
+        "compile_s": compile_s,
+        "rollout_s": rollout,
+        "steps_per_s": steps / rollout,
+        "batch_env_steps_per_s": batch * steps / _time(many, mus, repeats=repeats),
+        "grad_over_rollout": _time(grad, mu, repeats=repeats) / rollout,
+    }
+
+
+def format_rod(r):
+    c = r["compile_s"]
+    return "\n".join(
+        [
+            f"falling rod (P1), dt = {r['dt']}, {r['steps']} steps, {jax.default_backend()}, dtype {jnp.zeros(()).dtype}",
+            f"  compile (first call incl.)   rollout {c['rollout']:.2f} s, batch of {r['batch']} {c['batch']:.2f} s, "
+            f"gradient {c['gradient']:.2f} s",
+            f"  one rollout                  {r['rollout_s'] * 1e3:.1f} ms = {r['steps_per_s']:.0f} steps/s",
+            f"  vmapped batch of {r['batch']:<4}        {r['batch_env_steps_per_s']:.0f} env-steps/s",
+            f"  gradient / rollout           {r['grad_over_rollout']:.2f}",
+        ]
+    )
