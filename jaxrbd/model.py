@@ -29,10 +29,6 @@ def _no_force(t, q, v, params):
     return jnp.zeros_like(v)
 
 
-def _is_concrete(x):
-    return not isinstance(x, jax.core.Tracer)
-
-
 def polygon_directions(k, dtype=jnp.float64):
     """(k, 2) unit vectors at angles 2 pi i / k: the polyhedral cone of 003 eq. (3) in (t, o)."""
     angles = 2 * np.pi * np.arange(k) / k
@@ -71,10 +67,6 @@ class System(eqx.Module):
     external_force: Callable = eqx.field(static=True, default=_no_force)
     kinematics: Callable | None = eqx.field(static=True, default=None)
     directions: int = eqx.field(static=True, default=2)
-
-    @property
-    def num_contacts(self):
-        return self.mu.shape[-1]
 
     def G(self, q):
         if self.kinematics is None:

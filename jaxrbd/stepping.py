@@ -125,19 +125,23 @@ def _project(system, q, active, solver):
     A = (N.T @ MinvN) * keep[:, None] * keep[None, :] + jnp.diag(1.0 - keep)
     b = jnp.minimum(system.gap(q), 0.0) * keep + (1.0 - keep)
     sol = solve_lcp(A, b, solver=solver)
-    return q + system.G(q) @ (MinvN @ sol.z)
+    return q + system.G(q) @ (MinvN @ sol.z), sol
 
 
 def step(system, state, z0, *, dt, scheme, solver, grad_smoothing=0.0):
-    """One time step: returns (next state, LCP solution z, impulses, stats)."""
+    """One time step: returns (next state, LCP solution z, impulses, stats).
+
+    The stats cover every complementarity solve of the step (the drift projection's too).
+    """
     t, q, v = state.t, state.q, state.v
+    projection = None
     F = system.generalized_force(t, q, v)
     predicted = system.gap(q + dt * system.G(q) @ v)
     if isinstance(scheme, AnitescuPotra):
         active = predicted < scheme.delta
         prob, sol, v_next, q_next, U = _solve_step(system, q, v, F, q, dt, active, False, z0, solver, grad_smoothing)
         if scheme.project:
-            q_next = _project(system, q_next, active, solver)
+            q_next, projection = _project(system, q_next, active, solver)
     elif isinstance(scheme, StewartTrinkle):
         active = jnp.ones_like(predicted, bool) if scheme.delta is None else predicted < scheme.delta
         prob, sol, v_next, q_next, U = _solve_step(system, q, v, F, q, dt, active, True, z0, solver, grad_smoothing)
@@ -152,7 +156,11 @@ def step(system, state, z0, *, dt, scheme, solver, grad_smoothing=0.0):
     c_n, beta, _ = prob.split(sol.z)
     friction = beta.reshape(c_n.shape[0], U.shape[0]) @ U
     impulses = ContactImpulses(normal=c_n, friction=friction)
-    stats = StepStats(residual=sol.residual, converged=sol.converged, fallback=sol.fallback, active=active)
+    residual, converged = sol.residual, sol.converged
+    if projection is not None:
+        residual = jnp.maximum(residual, projection.residual)
+        converged = converged & projection.converged
+    stats = StepStats(residual=residual, converged=converged, fallback=sol.fallback, active=active)
     return State(t + dt, q_next, v_next), sol.z, impulses, stats
 
 
