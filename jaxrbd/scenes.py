@@ -56,7 +56,8 @@ def _rod_mass_matrix(q, p):
     return jnp.diag(jnp.stack([p["mass"], p["mass"], p["inertia"]]))
 
 
-def _rod_potential(q, p):
+def _gravity_potential(q, p):
+    """m g y for a planar body with q = [x, y, theta]."""
     return p["mass"] * p["gravity"] * q[1]
 
 
@@ -90,7 +91,7 @@ def rod_system(*, mu, mass, inertia, length, radius, gravity=GRAVITY):
         params=params,
         mu=jnp.broadcast_to(_float(mu), (2,)),
         mass_matrix=_rod_mass_matrix,
-        potential=_rod_potential,
+        potential=_gravity_potential,
         gaps=_rod_gaps,
         tangents=_rod_tangents,
     )
@@ -200,10 +201,6 @@ def _block_mass_matrix(q, p):
     return jnp.diag(jnp.stack([p["mass"], p["mass"], inertia]))
 
 
-def _block_potential(q, p):
-    return p["mass"] * p["gravity"] * q[1]
-
-
 def block_on_incline(
     angle=math.radians(30.0),
     mu=0.3,
@@ -240,7 +237,7 @@ def block_on_incline(
         params=p,
         mu=jnp.broadcast_to(_float(mu), (2,)),
         mass_matrix=_block_mass_matrix,
-        potential=_block_potential,
+        potential=_gravity_potential,
         gaps=_block_gaps,
         tangents=_block_tangents,
     )

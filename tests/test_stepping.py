@@ -132,21 +132,22 @@ def test_rod_gradients_match_finite_differences(steps):
         np.testing.assert_allclose(np.asarray(jac[:, i]), np.asarray(fd), rtol=1e-4, atol=1e-7)
 
 
-def test_vmap_over_mu_matches_loop():
-    mus = jnp.linspace(0.05, 1.5, 8)
-    run = jax.jit(lambda mu: rbd.simulate(*rbd.scenes.falling_rod(mu=mu), dt=0.005, steps=120).q)
-    batched = jax.jit(jax.vmap(lambda mu: rbd.simulate(*rbd.scenes.falling_rod(mu=mu), dt=0.005, steps=120).q))(mus)
+def _check_vmap_over_mu_matches_loop(mus, dt, steps):
+    def final_q(mu):
+        return rbd.simulate(*rbd.scenes.falling_rod(mu=mu), dt=dt, steps=steps).q
+
+    run, batched = jax.jit(final_q), jax.jit(jax.vmap(final_q))(mus)
     for i, mu in enumerate(mus):
         np.testing.assert_allclose(np.asarray(batched[i]), np.asarray(run(mu)), rtol=1e-10, atol=1e-12)
+
+
+def test_vmap_over_mu_matches_loop():
+    _check_vmap_over_mu_matches_loop(jnp.linspace(0.05, 1.5, 8), dt=0.005, steps=120)
 
 
 @pytest.mark.slow
 def test_vmap_over_256_mu_matches_loop():
-    mus = jnp.linspace(0.0, 2.0, 256)
-    run = jax.jit(lambda mu: rbd.simulate(*rbd.scenes.falling_rod(mu=mu), dt=0.0025, steps=240).q)
-    batched = jax.jit(jax.vmap(lambda mu: rbd.simulate(*rbd.scenes.falling_rod(mu=mu), dt=0.0025, steps=240).q))(mus)
-    for i, mu in enumerate(mus):
-        np.testing.assert_allclose(np.asarray(batched[i]), np.asarray(run(mu)), rtol=1e-10, atol=1e-12)
+    _check_vmap_over_mu_matches_loop(jnp.linspace(0.0, 2.0, 256), dt=0.0025, steps=240)
 
 
 @pytest.mark.slow
