@@ -1,6 +1,8 @@
 """jaxrbd: a differentiable rigid-body simulator in JAX for contact, Coulomb friction and impact."""
 
+from . import bodies as bodies
 from . import complementarity as complementarity
+from . import geometry as geometry
 from . import scenes as scenes
 from ._problems import LCP as LCP
 from ._problems import NCP as NCP
@@ -8,12 +10,18 @@ from ._problems import FrictionLCP as FrictionLCP
 from ._problems import friction_lcp as friction_lcp
 from ._problems import natural_residual as natural_residual
 from ._random import random_friction_lcp as random_friction_lcp
+from .bodies import SceneBuilder as SceneBuilder
 from .complementarity import LCPSolution as LCPSolution
 from .complementarity import Lemke as Lemke
 from .complementarity import SemismoothNewton as SemismoothNewton
 from .complementarity import Status as Status
 from .complementarity import solve_lcp as solve_lcp
 from .complementarity import solve_ncp as solve_ncp
+from .geometry import Box as Box
+from .geometry import Capsule as Capsule
+from .geometry import Plane as Plane
+from .geometry import Sphere as Sphere
+from .model import Scene as Scene
 from .model import State as State
 from .model import System as System
 from .stepping import AnitescuPotra as AnitescuPotra

@@ -56,6 +56,13 @@ class System(eqx.Module):
             means G = I (q and v of the same size).
         directions: number of friction directions per contact: 2 when m = 1 (the
             exact planar cone, +t and -t), k >= 3 equally spaced when m = 2.
+        coriolis_force: ``(q, v, params) -> (nv,)`` the Coriolis/centrifugal force in
+            closed form (rigid bodies: the gyroscopic term); None derives it from M
+            and G by autodiff (`coriolis`).
+        normalize: ``q -> q`` applied after every step (rigid bodies: unit
+            quaternions, 000 §5); None leaves q as the step makes it.
+        contact_active: ``(q, params) -> (nc,) bool`` candidate contacts to keep in
+            the step (the geometry's active mask); None keeps all.
     """
 
     params: Any
@@ -67,6 +74,9 @@ class System(eqx.Module):
     external_force: Callable = eqx.field(static=True, default=_no_force)
     kinematics: Callable | None = eqx.field(static=True, default=None)
     directions: int = eqx.field(static=True, default=2)
+    coriolis_force: Callable | None = eqx.field(static=True, default=None)
+    normalize: Callable | None = eqx.field(static=True, default=None)
+    contact_active: Callable | None = eqx.field(static=True, default=None)
 
     def G(self, q):
         if self.kinematics is None:
@@ -112,6 +122,8 @@ class System(eqx.Module):
         C_l are the coefficients of the Lie brackets [g_l, g_i] = G c_li of the
         columns g of G. With G = I this is 000 eq. (2).
         """
+        if self.coriolis_force is not None:
+            return self.coriolis_force(q, v, self.params)
         G = self.G(q)
         qdot = G @ v
         kinetic = lambda q_: 0.5 * v @ self.M(q_) @ v
@@ -130,9 +142,40 @@ class System(eqx.Module):
         grad_v = jax.grad(lambda q_: self.potential(q_, self.params))(q)
         return self.coriolis(q, v) - self.G(q).T @ grad_v + self.external_force(t, q, v, self.params)
 
+    def project_q(self, q):
+        """q mapped back to the configuration manifold (unit quaternions); identity by default."""
+        return q if self.normalize is None else self.normalize(q)
+
+    def active(self, q):
+        """(nc,) bool: the candidate contacts the geometry keeps at q."""
+        if self.contact_active is None:
+            return jnp.ones(self.mu.shape[-1], bool)
+        return self.contact_active(q, self.params)
+
     def energy(self, q, v):
         """Kinetic plus potential energy."""
         return 0.5 * v @ self.M(q) @ v + self.potential(q, self.params)
+
+
+class Scene(eqx.Module):
+    """A system and its initial state; unpacks to `(system, state)`.
+
+    Attributes:
+        system: the `System`.
+        state: the initial `State`.
+        bodies: for scenes of rigid bodies, the `jaxrbd.bodies.BodyModel` with the
+            per-body views of q and v and the contact geometry; None otherwise.
+    """
+
+    system: System
+    state: State
+    bodies: Any = eqx.field(static=True, default=None)
+
+    def __check_init__(self):
+        check_system(self.system, self.state)
+
+    def __iter__(self):
+        return iter((self.system, self.state))
 
 
 def check_system(system, state):

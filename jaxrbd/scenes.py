@@ -8,44 +8,18 @@ Each builder returns a `Scene`, which unpacks to `(system, state)`:
 
 import math
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .model import State, System, check_system
+from ._validate import as_float as _float
+from ._validate import check_value as _check
+from . import _rotation as rot
+from .bodies import SceneBuilder
+from .geometry import Box, Plane, Sphere
+from .model import Scene, State, System
 
 GRAVITY = 9.81
-
-
-class Scene(eqx.Module):
-    """A system and its initial state; unpacks to `(system, state)`."""
-
-    system: System
-    state: State
-
-    def __check_init__(self):
-        check_system(self.system, self.state)
-
-    def __iter__(self):
-        return iter((self.system, self.state))
-
-
-def _check(name, value, *, positive=False, nonnegative=False):
-    """ValueError naming the argument when a concrete value is out of range (traced values pass)."""
-    if isinstance(value, jax.core.Tracer):
-        return
-    x = np.asarray(value, dtype=float)
-    if not np.all(np.isfinite(x)):
-        raise ValueError(f"{name} must be finite, got {value!r}")
-    if positive and not np.all(x > 0):
-        raise ValueError(f"{name} must be > 0, got {value!r}")
-    if nonnegative and not np.all(x >= 0):
-        raise ValueError(f"{name} must be >= 0, got {value!r}")
-
-
-def _float(x):
-    return jnp.asarray(x, dtype=jnp.result_type(float))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -167,82 +141,167 @@ def painleve_margin(system, theta):
 
 
 # ---------------------------------------------------------------------------------------------
-# A planar block on an incline: q = [x, y, theta] of its centre, the two bottom corners in contact.
+# Scenes of rigid bodies, declared with the SceneBuilder.
+
+P2_POSITIONS = ((0.0, 0.0, 1.0), (1.0, 0.0, 0.1), (1.2 + 1e-5, 0.0, 0.1), (1.4 + 2e-5, 0.0, 0.1))
 
 
-def _incline_frame(angle):
-    t = jnp.stack([jnp.cos(angle), jnp.sin(angle)])
-    n = jnp.stack([-jnp.sin(angle), jnp.cos(angle)])
-    return t, n
+def four_balls(
+    mu=0.4,
+    *,
+    mass=1.0,
+    radius=0.1,
+    inertia=None,
+    velocity=(1.5, 0.1, 0.0),
+    positions=P2_POSITIONS,
+    directions=8,
+    restitution=0.0,
+    gravity=GRAVITY,
+):
+    """BENCHMARKS.md P2 (003 §4.2): a ball thrown at a line of three balls on a table.
 
-
-def _block_corners(q, p):
-    """World positions of the two bottom corners, (2, 2)."""
-    c, s = jnp.cos(q[2]), jnp.sin(q[2])
-    R = jnp.stack([jnp.stack([c, -s]), jnp.stack([s, c])])
-    local = jnp.stack(
-        [jnp.stack([p["half_width"], -p["half_height"]]), jnp.stack([-p["half_width"], -p["half_height"]])]
+    Seven contacts as in the paper: each ball with the table, and each ball with
+    its neighbour in the line (thrown-first, first-second, second-third).
+    `mass` and `radius` are scalars or (4,); `inertia` defaults to the solid
+    ball's (2/5) m r^2; `velocity` is the thrown ball's initial velocity.
+    """
+    b = SceneBuilder(
+        dim=3, mu=mu, restitution=restitution, directions=directions, gravity=(0.0, 0.0, -gravity), collide_bodies=False
     )
-    return q[:2] + local @ R.T
+    b.add_static("table", Plane())
+    mass, radius = jnp.broadcast_to(_float(mass), (4,)), jnp.broadcast_to(_float(radius), (4,))
+    names = [f"ball{i}" for i in range(4)]
+    for i, name in enumerate(names):
+        b.add_body(
+            name,
+            Sphere(radius[i]),
+            mass=mass[i],
+            inertia=None if inertia is None else jnp.broadcast_to(_float(inertia), (4,))[i],
+            position=positions[i],
+            velocity=velocity if i == 0 else None,
+        )
+    for first, second in zip(names, names[1:]):
+        b.include(first, second)
+    return b.build()
 
 
-def _block_gaps(q, p):
-    _, n = _incline_frame(p["angle"])
-    return _block_corners(q, p) @ n
-
-
-def _block_tangents(q, p):
-    t, _ = _incline_frame(p["angle"])
-    return jax.jacfwd(lambda q: _block_corners(q, p) @ t)(q)[:, None, :]
-
-
-def _block_mass_matrix(q, p):
-    inertia = p["mass"] * (p["half_width"] ** 2 + p["half_height"] ** 2) / 3.0
-    return jnp.diag(jnp.stack([p["mass"], p["mass"], inertia]))
+def _incline(angle, heading):
+    """Unit normal of the plane through the origin sloping up along (cos heading, sin heading) at `angle`."""
+    _check("angle", angle)
+    if not isinstance(angle, jax.core.Tracer) and not 0 <= float(angle) < math.pi / 2:
+        raise ValueError(f"angle must be in [0, pi/2), got {angle!r}")
+    a, phi = _float(angle), _float(heading)
+    uphill = jnp.stack([jnp.cos(a) * jnp.cos(phi), jnp.cos(a) * jnp.sin(phi), jnp.sin(a)])
+    n = jnp.stack([-jnp.sin(a) * jnp.cos(phi), -jnp.sin(a) * jnp.sin(phi), jnp.cos(a)])
+    return uphill, n
 
 
 def block_on_incline(
     angle=math.radians(30.0),
     mu=0.3,
     *,
+    dim=3,
     mass=1.0,
-    half_width=0.1,
-    half_height=0.05,
+    half_extents=0.05,
+    heading=0.0,
     speed=0.0,
     distance=0.0,
+    directions=8,
     gravity=GRAVITY,
 ):
-    """A planar box resting on an incline of `angle` through the origin, two corner contacts.
+    """A cube (dim=3: four corner contacts) or a planar box (dim=2: two) resting on an incline.
 
     Exact: with mu < tan(angle) it slides with acceleration g (sin(angle) - mu cos(angle));
-    with mu >= tan(angle), started at rest, it never moves. `speed` is the initial
-    velocity along the slope (positive uphill), `distance` the position of the
-    centre along it.
+    with mu >= tan(angle), started at rest, it never moves.
+
+    Args:
+        angle: slope in [0, pi/2).
+        mu: friction coefficient, >= 0.
+        dim: 3 for the cube on a tilted plane, 2 for the planar box on a line.
+        half_extents: scalar or (3,) half sizes of the box (its z axis along the
+            normal; in 2D its y axis is).
+        heading: 3D only, the horizontal direction of the slope. The first
+            friction direction of each contact lies at the angle `heading` from
+            the slope line (0: aligned), which shows the bias of the polyhedral cone.
+        speed: initial velocity along the slope (positive uphill).
+        distance: initial position of the centre along the slope.
+        directions: friction directions per contact (3D).
     """
-    _check("angle", angle)
-    if not isinstance(angle, jax.core.Tracer) and not 0 <= float(angle) < math.pi / 2:
-        raise ValueError(f"angle must be in [0, pi/2), got {angle!r}")
-    for name, value in (("mass", mass), ("half_width", half_width), ("half_height", half_height)):
-        _check(name, value, positive=True)
-    _check("mu", mu, nonnegative=True)
+    _check("heading", heading)
     _check("speed", speed)
     _check("distance", distance)
-    p = {
-        k: _float(v)
-        for k, v in dict(
-            angle=angle, mass=mass, half_width=half_width, half_height=half_height, gravity=gravity
-        ).items()
-    }
-    system = System(
-        params=p,
-        mu=jnp.broadcast_to(_float(mu), (2,)),
-        mass_matrix=_block_mass_matrix,
-        potential=_gravity_potential,
-        gaps=_block_gaps,
-        tangents=_block_tangents,
+    h = jnp.broadcast_to(_float(half_extents), (3,))
+    if dim == 2:
+        uphill, n = _incline(angle, 0.0)
+        uphill, n = uphill[jnp.array([0, 2, 1])], n[jnp.array([0, 2, 1])]  # the x-z slope drawn in x-y
+        b = SceneBuilder(dim=2, mu=mu, gravity=(0.0, -gravity, 0.0))
+        b.add_static("incline", Plane(n))
+        centre = _float(distance) * uphill + h[1] * n
+        b.add_body(
+            "block",
+            Box(h),
+            mass=mass,
+            position=centre[:2],
+            angle=_float(angle),
+            velocity=(_float(speed) * uphill)[:2],
+        )
+        return b.build()
+    uphill, n = _incline(angle, heading)
+    b = SceneBuilder(dim=3, mu=mu, directions=directions, gravity=(0.0, 0.0, -gravity))
+    b.add_static("incline", Plane(n))
+    # The box frame: z along n, x along the slope line.
+    tilt = rot.from_axis_angle(jnp.array([0.0, 1.0, 0.0]), -_float(angle))
+    turn = rot.from_axis_angle(jnp.array([0.0, 0.0, 1.0]), _float(heading))
+    b.add_body(
+        "block",
+        Box(h),
+        mass=mass,
+        position=_float(distance) * uphill + h[2] * n,
+        orientation=rot.multiply(turn, tilt),
+        velocity=_float(speed) * uphill,
     )
-    t, n = _incline_frame(p["angle"])
-    centre = _float(distance) * t + p["half_height"] * n
-    q = jnp.concatenate([centre, p["angle"][None]])
-    v = jnp.concatenate([_float(speed) * t, jnp.zeros(1, q.dtype)])
-    return Scene(system, State(_float(0.0), q, v))
+    return b.build()
+
+
+def rolling_ball(v0=1.0, mu=0.3, *, mass=1.0, radius=0.1, directions=8, gravity=GRAVITY):
+    """A ball launched sliding along +x at speed v0 without spin, on the table z = 0.
+
+    Exact: it slides for 2 v0 / (7 mu g), then rolls at (5/7) v0 (BENCHMARKS.md).
+    """
+    _check("v0", v0)
+    b = SceneBuilder(dim=3, mu=mu, directions=directions, gravity=(0.0, 0.0, -gravity))
+    b.add_static("table", Plane())
+    b.add_body(
+        "ball",
+        Sphere(radius),
+        mass=mass,
+        position=jnp.stack([0.0, 0.0, _float(radius)]),
+        velocity=jnp.stack([_float(v0), 0.0, 0.0]),
+    )
+    return b.build()
+
+
+def sphere_grid(n=64, *, mu=0.5, mass=1.0, radius=0.1, spacing=0.3, height=0.5, directions=8, gravity=GRAVITY):
+    """n balls on a square grid at `height` above the table, falling onto it (a benchmark scene).
+
+    The grid spacing exceeds the diameter and the balls fall straight down, so they
+    never touch each other: only the n ball-table contacts are built (pass through
+    `SceneBuilder` for all pairs).
+    """
+    if not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be an integer >= 1, got {n!r}")
+    _check("spacing", spacing, positive=True)
+    if not isinstance(spacing, jax.core.Tracer) and not float(spacing) > 2 * float(np.max(radius)):
+        raise ValueError(f"spacing must exceed the diameter 2 radius = {2 * float(np.max(radius))}, got {spacing!r}")
+    b = SceneBuilder(dim=3, mu=mu, directions=directions, gravity=(0.0, 0.0, -gravity), collide_bodies=False)
+    b.add_static("table", Plane())
+    side = math.ceil(math.sqrt(n))
+    for i in range(n):
+        row, col = divmod(i, side)
+        b.add_body(
+            f"ball{i}",
+            Sphere(radius),
+            mass=mass,
+            position=jnp.stack([_float(col * spacing), _float(row * spacing), _float(height)]),
+        )
+    return b.build()

@@ -113,7 +113,7 @@ def _solve_step(system, q, v, F, qhat, h, active, position_level, z0, solver, gr
     prob = friction_lcp(M, N, D, system.mu, (k,) * nc, b, bn=bn, row_active=_row_mask(active, k))
     sol = solve_lcp(prob.lcp.A, prob.lcp.b, solver=solver, z0=z0, grad_smoothing=grad_smoothing)
     v_next = prob.velocity(sol.z)
-    return prob, sol, v_next, q + h * Gq @ v_next, U
+    return prob, sol, v_next, system.project_q(q + h * Gq @ v_next), U
 
 
 def _project(system, q, active, solver):
@@ -125,7 +125,7 @@ def _project(system, q, active, solver):
     A = (N.T @ MinvN) * keep[:, None] * keep[None, :] + jnp.diag(1.0 - keep)
     b = jnp.minimum(system.gap(q), 0.0) * keep + (1.0 - keep)
     sol = solve_lcp(A, b, solver=solver)
-    return q + system.G(q) @ (MinvN @ sol.z), sol
+    return system.project_q(q + system.G(q) @ (MinvN @ sol.z)), sol
 
 
 def step(system, state, z0, *, dt, scheme, solver, grad_smoothing=0.0):
@@ -137,13 +137,14 @@ def step(system, state, z0, *, dt, scheme, solver, grad_smoothing=0.0):
     projection = None
     F = system.generalized_force(t, q, v)
     predicted = system.gap(q + dt * system.G(q) @ v)
+    geometric = system.active(q)
     if isinstance(scheme, AnitescuPotra):
-        active = predicted < scheme.delta
+        active = (predicted < scheme.delta) & geometric
         prob, sol, v_next, q_next, U = _solve_step(system, q, v, F, q, dt, active, False, z0, solver, grad_smoothing)
         if scheme.project:
             q_next, projection = _project(system, q_next, active, solver)
     elif isinstance(scheme, StewartTrinkle):
-        active = jnp.ones_like(predicted, bool) if scheme.delta is None else predicted < scheme.delta
+        active = geometric if scheme.delta is None else (predicted < scheme.delta) & geometric
         prob, sol, v_next, q_next, U = _solve_step(system, q, v, F, q, dt, active, True, z0, solver, grad_smoothing)
         for _ in range(scheme.fixed_point_iterations):
             qhat = q_next

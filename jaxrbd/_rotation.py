@@ -1,0 +1,83 @@
+"""Unit quaternions (w, x, y, z) and rotation matrices, safe under autodiff.
+
+A quaternion q rotates body-frame vectors into the world frame, x_w = R(q) x_b.
+With the angular velocity w in the world frame, dq/dt = (0, w) * q / 2 (000 §5).
+"""
+
+import jax.numpy as jnp
+
+
+def skew(w):
+    """(..., 3, 3) the matrix [w]x with [w]x y = w x y."""
+    x, y, z = w[..., 0], w[..., 1], w[..., 2]
+    zero = jnp.zeros_like(x)
+    return jnp.stack(
+        [jnp.stack([zero, -z, y], -1), jnp.stack([z, zero, -x], -1), jnp.stack([-y, x, zero], -1)], -2
+    )
+
+
+def multiply(a, b):
+    """The Hamilton product a * b of (..., 4) quaternions."""
+    aw, av = a[..., :1], a[..., 1:]
+    bw, bv = b[..., :1], b[..., 1:]
+    w = aw * bw - jnp.sum(av * bv, -1, keepdims=True)
+    v = aw * bv + bw * av + jnp.cross(av, bv)
+    return jnp.concatenate([w, v], -1)
+
+
+def to_matrix(q):
+    """(..., 3, 3) the rotation matrix of a unit quaternion (..., 4)."""
+    w, x, y, z = q[..., 0], q[..., 1], q[..., 2], q[..., 3]
+    return jnp.stack(
+        [
+            jnp.stack([1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)], -1),
+            jnp.stack([2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)], -1),
+            jnp.stack([2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)], -1),
+        ],
+        -2,
+    )
+
+
+def rate_matrix(q):
+    """(..., 4, 3) the map E(q) with dq/dt = E(q) w for the world-frame angular velocity w.
+
+    E(q) w = (0, w) * q / 2 (000 §5: the block of G(q) for the orientation).
+    """
+    w, x, y, z = q[..., 0], q[..., 1], q[..., 2], q[..., 3]
+    E = jnp.stack(
+        [
+            jnp.stack([-x, -y, -z], -1),
+            jnp.stack([w, z, -y], -1),
+            jnp.stack([-z, w, x], -1),
+            jnp.stack([y, -x, w], -1),
+        ],
+        -2,
+    )
+    return 0.5 * E
+
+
+def normalize(q):
+    """q / |q|; |q| is bounded away from 0 for every quaternion a step produces."""
+    return q / jnp.linalg.norm(q, axis=-1, keepdims=True)
+
+
+def from_axis_angle(axis, angle):
+    """The unit quaternion of a rotation by `angle` about the unit vector `axis`."""
+    axis = jnp.asarray(axis)
+    half = 0.5 * jnp.asarray(angle)
+    return jnp.concatenate([jnp.cos(half)[..., None], jnp.sin(half)[..., None] * axis], -1)
+
+
+def rotation_angle(a, b):
+    """The angle in [0, pi] of the rotation from unit quaternion a to b (sign-invariant)."""
+    c = jnp.abs(jnp.sum(a * b, -1))
+    return 2 * jnp.arccos(jnp.clip(c, 0.0, 1.0))
+
+
+def rotation_z(theta):
+    """(..., 3, 3) the rotation by theta about the z axis (planar bodies)."""
+    c, s = jnp.cos(theta), jnp.sin(theta)
+    zero, one = jnp.zeros_like(c), jnp.ones_like(c)
+    return jnp.stack(
+        [jnp.stack([c, -s, zero], -1), jnp.stack([s, c, zero], -1), jnp.stack([zero, zero, one], -1)], -2
+    )

@@ -1,0 +1,667 @@
+"""Rigid bodies and the scene builder: bodies and shapes compiled to a `System`.
+
+A scene is a set of moving bodies, each carrying primitive shapes
+(`jaxrbd.geometry`), and static geometry. `SceneBuilder` declares it and `build()`
+compiles it to the same `System` the steppers run (000 §2.4 and §5):
+
+- spatial scenes (dim=3): per moving body q holds its centre of mass (3) then its
+  unit quaternion wxyz (4); v holds its linear velocity (3) then its angular
+  velocity (3), both in the world frame. dq/dt = G(q) v with G = diag(I, E(quat)),
+  M = diag(m I, R I_body R^T), and the gyroscopic force -w x (R I_body R^T) w;
+- planar scenes (dim=2): bodies move in the x-y plane with q = (x, y, theta) and
+  v = (vx, vy, omega); contacts have one tangent direction.
+
+Every physical quantity (masses, inertias, shape sizes and offsets, gravity,
+applied forces, mu, restitution) is an array leaf of `system.params` or
+`system.mu`, so a scene can be differentiated and vmapped; the layout (which body
+carries which shape, which pairs can touch) is static.
+"""
+
+import dataclasses
+import functools
+import math
+import warnings
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import _rotation as rot
+from . import geometry
+from ._validate import as_float, check_value, is_traced
+from .model import Scene, State, System
+
+GRAVITY = 9.81
+OVERLAP_TOL = 1e-9  # an initial gap below -OVERLAP_TOL is reported as an overlap
+
+
+class Contacts(eqx.Module):
+    """The candidate contacts of a configuration, with fixed capacity.
+
+    Each contact j is between shapes a and b with the normal n_j pointing from a to
+    b; the Jacobian rows map the generalized velocity v to the velocity of b
+    relative to a at the contact point: along n (J_n), along the tangents t and o
+    (J_t, J_o; planar scenes have only t) and the relative spin about n (J_r, the
+    torsional row of soft-finger contact).
+
+    Attributes:
+        gap: (nc,) signed distances.
+        point: (nc, 3) contact points.
+        normal, tangent, bitangent: (nc, 3) the frame (n, t, o), t x o = n.
+        active: (nc,) bool, gap below the scene's margin.
+        J_n, J_t, J_o, J_r: (nc, nv) Jacobian rows.
+    """
+
+    gap: jax.Array
+    point: jax.Array
+    normal: jax.Array
+    tangent: jax.Array
+    bitangent: jax.Array
+    active: jax.Array
+    J_n: jax.Array
+    J_t: jax.Array
+    J_o: jax.Array
+    J_r: jax.Array
+
+
+class BodyParams(eqx.Module):
+    """The array leaves of a body scene (`system.params`).
+
+    Attributes:
+        mass: (nb,) masses.
+        inertia: (nb, 3, 3) inertia tensors about the centres of mass, body frame.
+        gravity: (3,) gravitational acceleration.
+        force, torque: (nb, 3) constant applied force and torque, world frame.
+        shapes: {kind: {name: stacked arrays}} the shapes' geometry.
+        restitution: (nc,) per-contact restitution coefficients.
+    """
+
+    mass: jax.Array
+    inertia: jax.Array
+    gravity: jax.Array
+    force: jax.Array
+    torque: jax.Array
+    shapes: dict
+    restitution: jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class PairGroup:
+    """All shape pairs of one kind pair: indices into the two kinds' stacks (static)."""
+
+    kind_a: str
+    kind_b: str
+    index_a: tuple
+    index_b: tuple
+    capacity: int
+
+
+@dataclasses.dataclass(frozen=True)
+class BodyModel:
+    """The static layout of a body scene and its functions of (q, params).
+
+    Attributes:
+        dim: 3 (spatial) or 2 (planar).
+        names: names of the moving bodies, in the order of q and v.
+        statics: names of the static shapes.
+        shape_bodies: ((kind, body index of each shape of that kind), ...); the
+            index len(names) is the world (static geometry).
+        groups: the `PairGroup`s, in the order of the contacts.
+        pair_names: (nc,) the (name a, name b) of each contact.
+        margin: contacts with a gap above it are inactive.
+    """
+
+    dim: int
+    names: tuple
+    statics: tuple
+    shape_bodies: tuple
+    groups: tuple
+    pair_names: tuple
+    margin: float = math.inf
+
+    @property
+    def nbodies(self):
+        return len(self.names)
+
+    @property
+    def nq_body(self):
+        return 7 if self.dim == 3 else 3
+
+    @property
+    def nv_body(self):
+        return 6 if self.dim == 3 else 3
+
+    def index(self, name):
+        """The position of a moving body in q and v."""
+        if name not in self.names:
+            raise KeyError(f"no moving body named {name!r}; bodies: {list(self.names)}")
+        return self.names.index(name)
+
+    # Per-body views. They accept leading batch/time axes.
+
+    def positions(self, q):
+        """(..., nb, 3) centres of mass; planar: (..., nb, 2)."""
+        qb = self._per_body(q, self.nq_body)
+        return qb[..., :3] if self.dim == 3 else qb[..., :2]
+
+    def orientations(self, q):
+        """(..., nb, 4) unit quaternions wxyz; planar: (..., nb) angles theta."""
+        qb = self._per_body(q, self.nq_body)
+        return qb[..., 3:] if self.dim == 3 else qb[..., 2]
+
+    def linear_velocities(self, v):
+        """(..., nb, 3) world-frame linear velocities; planar: (..., nb, 2)."""
+        vb = self._per_body(v, self.nv_body)
+        return vb[..., :3] if self.dim == 3 else vb[..., :2]
+
+    def angular_velocities(self, v):
+        """(..., nb, 3) world-frame angular velocities; planar: (..., nb) omega."""
+        vb = self._per_body(v, self.nv_body)
+        return vb[..., 3:] if self.dim == 3 else vb[..., 2]
+
+    def _per_body(self, x, size):
+        return x.reshape(*x.shape[:-1], self.nbodies, size)
+
+    # The System's functions.
+
+    def poses(self, q):
+        """(nb + 1, 3) positions and (nb + 1, 3, 3) rotations; the last is the world."""
+        qb = self._per_body(q, self.nq_body)
+        if self.dim == 3:
+            p, R = qb[:, :3], rot.to_matrix(rot.normalize(qb[:, 3:]))
+        else:
+            p = jnp.concatenate([qb[:, :2], jnp.zeros_like(qb[:, :1])], -1)
+            R = rot.rotation_z(qb[:, 2])
+        p = jnp.concatenate([p, jnp.zeros_like(p[:1])])
+        R = jnp.concatenate([R, jnp.eye(3, dtype=R.dtype)[None]])
+        return p, R
+
+    @functools.cached_property
+    def contact_bodies(self):
+        """(nc,) and (nc,) the body indices of shapes a and b of each contact (nb: the world)."""
+        bodies = dict(self.shape_bodies)
+        a, b = [], []
+        for g in self.groups:
+            for i, j in zip(g.index_a, g.index_b):
+                a += [bodies[g.kind_a][i]] * g.capacity
+                b += [bodies[g.kind_b][j]] * g.capacity
+        return np.array(a, int), np.array(b, int)
+
+    def _world_shapes(self, q, params):
+        p, R = self.poses(q)
+        world = {}
+        for kind, bodies in self.shape_bodies:
+            idx = np.array(bodies, int)
+            world[kind] = jax.vmap(geometry.world_pose)(params.shapes[kind], p[idx], R[idx])
+        return world, p
+
+    def contacts(self, q, params):
+        """The `Contacts` at configuration q."""
+        world, p = self._world_shapes(q, params)
+        gaps, normals, points = [], [], []
+        for g in self.groups:
+            fn, _ = geometry.collider(g.kind_a, g.kind_b)
+            A = jax.tree_util.tree_map(lambda x: x[np.array(g.index_a)], world[g.kind_a])
+            B = jax.tree_util.tree_map(lambda x: x[np.array(g.index_b)], world[g.kind_b])
+            gap, n, x = jax.vmap(functools.partial(fn, dim=self.dim))(A, B)
+            gaps.append(gap.reshape(-1))
+            normals.append(n.reshape(-1, 3))
+            points.append(x.reshape(-1, 3))
+        gap, n, x = jnp.concatenate(gaps), jnp.concatenate(normals), jnp.concatenate(points)
+        if self.dim == 3:
+            t, o = geometry.contact_frame(n)
+        else:
+            t = geometry.planar_tangent(n)
+            o = jnp.broadcast_to(jnp.array([0.0, 0.0, 1.0], n.dtype), n.shape)
+        zero = jnp.zeros_like(n)
+        rows = functools.partial(self._rows, p, x)
+        return Contacts(
+            gap=gap,
+            point=x,
+            normal=n,
+            tangent=t,
+            bitangent=o,
+            active=gap <= self.margin,
+            J_n=rows(n, zero),
+            J_t=rows(t, zero),
+            J_o=rows(o, zero),
+            J_r=rows(zero, n),
+        )
+
+    def _rows(self, p, x, lin, ang):
+        """(nc, nv): the rows d . (velocity of b's point x - velocity of a's point x) + s . (w_b - w_a)."""
+        a, b = self.contact_bodies
+        nc, nb = x.shape[0], self.nbodies
+
+        def body_row(k):
+            spin = ang + jnp.cross(x - p[k], lin)
+            if self.dim == 3:
+                return jnp.concatenate([lin, spin], -1)
+            return jnp.stack([lin[:, 0], lin[:, 1], spin[:, 2]], -1)
+
+        rows = jnp.zeros((nc, nb + 1, self.nv_body), x.dtype)
+        rows = rows.at[np.arange(nc), b].add(body_row(b)).at[np.arange(nc), a].add(-body_row(a))
+        return rows[:, :nb].reshape(nc, nb * self.nv_body)
+
+    def gaps(self, q, params):
+        return self.contacts(q, params).gap
+
+    def tangents(self, q, params):
+        c = self.contacts(q, params)
+        if self.dim == 3:
+            return jnp.stack([c.J_t, c.J_o], 1)
+        return c.J_t[:, None]
+
+    def active(self, q, params):
+        return self.contacts(q, params).active
+
+    def _world_inertia(self, q, params):
+        R = self.poses(q)[1][:-1]
+        return R @ params.inertia @ jnp.swapaxes(R, -1, -2)
+
+    def mass_matrix(self, q, params):
+        nb = self.nbodies
+        if self.dim == 2:
+            return jnp.diag(jnp.stack([params.mass, params.mass, params.inertia[:, 2, 2]], -1).reshape(-1))
+        blocks = jnp.zeros((nb, 6, 6), q.dtype)
+        blocks = blocks.at[:, :3, :3].set(params.mass[:, None, None] * jnp.eye(3, dtype=q.dtype))
+        blocks = blocks.at[:, 3:, 3:].set(self._world_inertia(q, params))
+        return _block_diagonal(blocks)
+
+    def kinematics(self, q, params):
+        """G(q) = diag(I, E(quat)) per body (000 §5)."""
+        nb = self.nbodies
+        quat = self._per_body(q, 7)[:, 3:]
+        blocks = jnp.zeros((nb, 7, 6), q.dtype)
+        blocks = blocks.at[:, :3, :3].set(jnp.eye(3, dtype=q.dtype))
+        blocks = blocks.at[:, 3:, 3:].set(rot.rate_matrix(quat))
+        return _block_diagonal(blocks)
+
+    def coriolis_force(self, q, v, params):
+        """The gyroscopic force -w x (I_world w) of each body (zero for planar bodies)."""
+        if self.dim == 2:
+            return jnp.zeros_like(v)
+        w = self._per_body(v, 6)[:, 3:]
+        Iw = jnp.einsum("bij,bj->bi", self._world_inertia(q, params), w)
+        return jnp.concatenate([jnp.zeros_like(w), -jnp.cross(w, Iw)], -1).reshape(-1)
+
+    def potential(self, q, params):
+        """Gravity: -sum_k m_k g . p_k."""
+        p = self.poses(q)[0][:-1]
+        return -jnp.sum(params.mass * (p @ params.gravity))
+
+    def external_force(self, t, q, v, params):
+        if self.dim == 3:
+            return jnp.concatenate([params.force, params.torque], -1).reshape(-1)
+        return jnp.stack([params.force[:, 0], params.force[:, 1], params.torque[:, 2]], -1).reshape(-1)
+
+    def normalize(self, q):
+        qb = self._per_body(q, 7)
+        return jnp.concatenate([qb[:, :3], rot.normalize(qb[:, 3:])], -1).reshape(q.shape)
+
+    def system(self, params, mu, directions):
+        """The `System` of this layout with the given leaves."""
+        spatial = self.dim == 3
+        return System(
+            params=params,
+            mu=mu,
+            mass_matrix=self.mass_matrix,
+            potential=self.potential,
+            gaps=self.gaps,
+            tangents=self.tangents,
+            external_force=self.external_force,
+            kinematics=self.kinematics if spatial else None,
+            directions=directions if spatial else 2,
+            coriolis_force=self.coriolis_force,
+            normalize=self.normalize if spatial else None,
+            contact_active=None if self.margin == math.inf else self.active,
+        )
+
+
+def _block_diagonal(blocks):
+    """(nb * r, nb * c) block-diagonal matrix of (nb, r, c) blocks."""
+    nb, r, c = blocks.shape
+    eye = jnp.eye(nb, dtype=blocks.dtype)
+    return jnp.einsum("ij,iab->iajb", eye, blocks).reshape(nb * r, nb * c)
+
+
+# ---------------------------------------------------------------------------------------------
+# The builder.
+
+
+def _inertia_matrix(inertia, mass, shapes):
+    """(3, 3) inertia about the centre of mass in the body frame from a scalar, (3,), (3, 3) or the shape."""
+    if inertia is None:
+        if len(shapes) != 1:
+            raise ValueError(f"inertia is required for a body with {len(shapes)} shapes (it is derived for one)")
+        s = shapes[0]
+        Rs = rot.to_matrix(rot.normalize(as_float(s.orientation)))
+        d = as_float(s.position)
+        parallel = mass * (jnp.dot(d, d) * jnp.eye(3) - jnp.outer(d, d))
+        return Rs @ s.inertia(mass) @ Rs.T + parallel
+    inertia = as_float(inertia)
+    if inertia.ndim == 0:
+        return inertia * jnp.eye(3)
+    if inertia.shape == (3,):
+        return jnp.diag(inertia)
+    if inertia.shape == (3, 3):
+        return inertia
+    raise ValueError(f"inertia must be a scalar, (3,) principal moments or a (3, 3) matrix, got shape {inertia.shape}")
+
+
+def _check_inertia(name, inertia):
+    """SPD and the triangle inequality I1 + I2 >= I3 on the principal moments."""
+    if is_traced(inertia):
+        return
+    I = np.asarray(inertia, float)
+    scale = np.max(np.abs(I))
+    if not np.all(np.isfinite(I)) or not np.allclose(I, I.T, rtol=0, atol=1e-12 * max(scale, 1e-300)):
+        raise ValueError(f"inertia of body {name!r} must be a finite symmetric matrix, got {I.tolist()}")
+    moments = np.linalg.eigvalsh(I)
+    if not moments[0] > 0:
+        raise ValueError(f"inertia of body {name!r} must be positive definite, principal moments {moments.tolist()}")
+    if moments[0] + moments[1] < moments[2] * (1 - 1e-9):
+        raise ValueError(
+            f"inertia of body {name!r} violates the triangle inequality I1 + I2 >= I3 on its principal "
+            f"moments {moments.tolist()}: no rigid body has it"
+        )
+
+
+def _vector(name, value, size):
+    x = as_float(value)
+    if x.shape != (size,):
+        raise ValueError(f"{name} must have shape ({size},), got {x.shape}")
+    check_value(name, x)
+    return x
+
+
+@dataclasses.dataclass
+class _Body:
+    name: str
+    shapes: tuple
+    mass: Any
+    inertia: Any
+    q: Any
+    v: Any
+    force: Any
+    torque: Any
+
+
+class SceneBuilder:
+    """Declare bodies, shapes and static geometry, then `build()` a `Scene`.
+
+        b = SceneBuilder(dim=3, mu=0.4)
+        b.add_static("table", Plane())
+        b.add_body("ball", Sphere(0.1), mass=1.0, position=(0, 0, 1), velocity=(1.5, 0.1, 0))
+        scene = b.build()
+
+    Contacts: every moving body touches every static shape and, with
+    `collide_bodies=True`, every other moving body; `exclude(a, b)` and
+    `include(a, b)` edit that. Each shape pair contributes its kind pair's
+    capacity of candidate contacts (`geometry.COLLIDERS`).
+
+    Args:
+        dim: 3 (spatial, quaternions) or 2 (planar, in the x-y plane).
+        gravity: (3,) acceleration; default (0, 0, -9.81) in 3D, (0, -9.81, 0) in 2D.
+        mu: friction coefficient of shapes that do not set one.
+        restitution: restitution of shapes that do not set one (used by impact laws).
+        directions: friction directions per contact in 3D (equally spaced, the
+            first along the contact's t).
+        margin: contacts with a gap above it are masked out of the step.
+        collide_bodies: whether moving bodies touch each other by default.
+    """
+
+    def __init__(
+        self, *, dim=3, gravity=None, mu=0.0, restitution=0.0, directions=8, margin=math.inf, collide_bodies=True
+    ):
+        if dim not in (2, 3):
+            raise ValueError(f"dim must be 2 or 3, got {dim!r}")
+        if not isinstance(directions, int) or directions < 3:
+            raise ValueError(f"directions must be an integer >= 3, got {directions!r}")
+        check_value("mu", mu, nonnegative=True)
+        check_value("restitution", restitution, unit_interval=True)
+        if not margin > 0:
+            raise ValueError(f"margin must be > 0, got {margin!r}")
+        self.dim, self.directions, self.margin = dim, directions, float(margin)
+        default = (0.0, 0.0, -GRAVITY) if dim == 3 else (0.0, -GRAVITY, 0.0)
+        self.gravity = _vector("gravity", default if gravity is None else gravity, 3)
+        self.mu, self.restitution, self.collide_bodies = mu, restitution, collide_bodies
+        self._bodies, self._statics = [], []
+        self._pairs, self._excluded, self._included = {}, set(), set()
+
+    def _names(self):
+        return [b.name for b in self._bodies] + [name for name, _ in self._statics]
+
+    def _new_name(self, name):
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"a body needs a non-empty string name, got {name!r}")
+        if name in self._names():
+            raise ValueError(f"the name {name!r} is already used")
+
+    def _check_shape(self, owner, shape):
+        if not isinstance(shape, geometry.Shape):
+            raise TypeError(f"{owner}: shapes must be jaxrbd.geometry shapes, got {type(shape).__name__}")
+        for size, value in shape.sizes():
+            check_value(f"{shape.kind} {size} of {owner!r}", value, positive=True)
+        check_value(f"mu of a shape of {owner!r}", shape.mu, nonnegative=True)
+        check_value(f"restitution of a shape of {owner!r}", shape.restitution, unit_interval=True)
+        _check_quaternion(f"orientation of a shape of {owner!r}", shape.orientation)
+
+    def add_body(
+        self,
+        name,
+        *shapes,
+        mass,
+        inertia=None,
+        position,
+        orientation=(1.0, 0.0, 0.0, 0.0),
+        angle=0.0,
+        velocity=None,
+        angular_velocity=None,
+        force=None,
+        torque=None,
+    ):
+        """Add a moving body whose centre of mass is its origin; returns its name.
+
+        Args:
+            name: a unique name.
+            *shapes: the shapes it carries (poses in its frame).
+            mass: > 0.
+            inertia: about the centre of mass in the body frame: scalar, (3,)
+                principal moments or (3, 3); derived from the shape when it has one.
+            position: (3,) centre, or (2,) in planar scenes.
+            orientation: (4,) quaternion wxyz (normalized here); 3D only.
+            angle: the orientation theta in planar scenes.
+            velocity: (3,) or (2,) linear velocity; default 0.
+            angular_velocity: (3,) world frame, or the scalar omega in planar scenes; default 0.
+            force, torque: (3,) constant applied force and torque, world frame.
+        """
+        self._new_name(name)
+        if not shapes:
+            raise ValueError(f"body {name!r} needs at least one shape")
+        for s in shapes:
+            self._check_shape(name, s)
+            if isinstance(s, geometry.Plane):
+                raise ValueError(f"body {name!r}: a plane is static geometry, add it with add_static")
+        check_value(f"mass of body {name!r}", mass, positive=True)
+        mass = as_float(mass)
+        I = _inertia_matrix(inertia, mass, shapes)
+        _check_inertia(name, I)
+        d = self.dim
+        x = _vector(f"position of body {name!r}", position, d)
+        v = _vector(f"velocity of body {name!r}", jnp.zeros(d) if velocity is None else velocity, d)
+        if d == 3:
+            _check_quaternion(f"orientation of body {name!r}", orientation)
+            quat = rot.normalize(_vector(f"orientation of body {name!r}", orientation, 4))
+            w = _vector(
+                f"angular_velocity of body {name!r}", jnp.zeros(3) if angular_velocity is None else angular_velocity, 3
+            )
+            q, v = jnp.concatenate([x, quat]), jnp.concatenate([v, w])
+        else:
+            theta = as_float(angle)
+            omega = as_float(0.0 if angular_velocity is None else angular_velocity)
+            check_value(f"angle of body {name!r}", theta)
+            check_value(f"angular_velocity of body {name!r}", omega)
+            q, v = jnp.concatenate([x, theta[None]]), jnp.concatenate([v, omega[None]])
+        force = _vector(f"force on body {name!r}", jnp.zeros(3) if force is None else force, 3)
+        torque = _vector(f"torque on body {name!r}", jnp.zeros(3) if torque is None else torque, 3)
+        self._bodies.append(_Body(name, shapes, mass, I, q, v, force, torque))
+        return name
+
+    def add_static(self, name, shape):
+        """Add a static (world-fixed) shape, posed in the world frame; returns its name."""
+        self._new_name(name)
+        self._check_shape(name, shape)
+        self._statics.append((name, shape))
+        return name
+
+    def _known(self, *names):
+        for n in names:
+            if n not in self._names():
+                raise ValueError(f"no body or static shape named {n!r}; names: {self._names()}")
+        return frozenset(names)
+
+    def set_pair(self, a, b, *, mu=None, restitution=None):
+        """Friction and restitution for the contacts between a and b (overrides the shapes' values)."""
+        check_value(f"mu of the pair ({a!r}, {b!r})", mu, nonnegative=True)
+        check_value(f"restitution of the pair ({a!r}, {b!r})", restitution, unit_interval=True)
+        self._pairs[self._known(a, b)] = (mu, restitution)
+
+    def exclude(self, a, b):
+        """No contacts between a and b."""
+        self._excluded.add(self._known(a, b))
+
+    def include(self, a, b):
+        """Contacts between moving bodies a and b even with collide_bodies=False."""
+        self._included.add(self._known(a, b))
+
+    def _body_pairs(self):
+        moving = [b.name for b in self._bodies]
+        pairs = [(m, s) for m in moving for s, _ in self._statics]
+        for i, a in enumerate(moving):
+            for b in moving[i + 1 :]:
+                if self.collide_bodies or frozenset((a, b)) in self._included:
+                    pairs.append((a, b))
+        return [p for p in pairs if frozenset(p) not in self._excluded]
+
+    def build(self):
+        """Compile to a `Scene` (system, state, bodies); warns when initial bodies overlap."""
+        if not self._bodies:
+            raise ValueError("a scene needs at least one moving body")
+        nb = len(self._bodies)
+        owners = {b.name: (i, b.shapes) for i, b in enumerate(self._bodies)}
+        owners.update({name: (nb, (shape,)) for name, shape in self._statics})
+        # Stack the shapes per kind, remembering where each lands.
+        stacks, slot = {}, {}
+        for owner, (body, shapes) in owners.items():
+            for k, s in enumerate(shapes):
+                entries = stacks.setdefault(s.kind, [])
+                slot[owner, k] = (s.kind, len(entries))
+                entries.append((body, s))
+        # Pair up shapes, canonical kind order, grouped by kind pair.
+        order = geometry.KINDS.index
+        groups, contact_info = {}, []
+        for a, b in self._body_pairs():
+            for ka, sa in enumerate(owners[a][1]):
+                for kb, sb in enumerate(owners[b][1]):
+                    (na, ia, sha), (nb_, ib, shb) = (a, slot[a, ka], sa), (b, slot[b, kb], sb)
+                    if order(sha.kind) > order(shb.kind):
+                        (na, ia, sha), (nb_, ib, shb) = (nb_, ib, shb), (na, ia, sha)
+                    try:
+                        _, capacity = geometry.collider(sha.kind, shb.kind)
+                    except ValueError as err:
+                        raise ValueError(f"bodies {na!r} and {nb_!r}: {err}") from None
+                    key = (sha.kind, shb.kind)
+                    groups.setdefault(key, []).append((ia[1], ib[1], capacity(self.dim)))
+                    contact_info.append((key, na, nb_, sha, shb, capacity(self.dim)))
+        if not contact_info:
+            raise ValueError("the scene has no contact pairs: add static geometry or let bodies collide")
+        pair_groups = tuple(_group(kinds, entries) for kinds, entries in groups.items())
+        # Contacts are ordered by group; within a group, in pair order.
+        mu, restitution, pair_names = [], [], []
+        for kinds in groups:
+            for key, na, nb_, sha, shb, capacity in contact_info:
+                if key != kinds:
+                    continue
+                pair_mu, pair_e = self._pairs.get(frozenset((na, nb_)), (None, None))
+                mu_ab = pair_mu if pair_mu is not None else 0.5 * (_or(sha.mu, self.mu) + _or(shb.mu, self.mu))
+                e_ab = (
+                    pair_e
+                    if pair_e is not None
+                    else 0.5 * (_or(sha.restitution, self.restitution) + _or(shb.restitution, self.restitution))
+                )
+                mu += [as_float(mu_ab)] * capacity
+                restitution += [as_float(e_ab)] * capacity
+                pair_names += [(na, nb_)] * capacity
+        model = BodyModel(
+            dim=self.dim,
+            names=tuple(b.name for b in self._bodies),
+            statics=tuple(name for name, _ in self._statics),
+            shape_bodies=tuple((kind, tuple(body for body, _ in entries)) for kind, entries in stacks.items()),
+            groups=pair_groups,
+            pair_names=tuple(pair_names),
+            margin=self.margin,
+        )
+        shapes = {
+            kind: jax.tree_util.tree_map(
+                lambda *xs: jnp.stack([as_float(x) for x in xs]), *[s.arrays() for _, s in entries]
+            )
+            for kind, entries in stacks.items()
+        }
+        params = BodyParams(
+            mass=jnp.stack([b.mass for b in self._bodies]),
+            inertia=jnp.stack([as_float(b.inertia) for b in self._bodies]),
+            gravity=self.gravity,
+            force=jnp.stack([b.force for b in self._bodies]),
+            torque=jnp.stack([b.torque for b in self._bodies]),
+            shapes=shapes,
+            restitution=jnp.stack(restitution),
+        )
+        system = model.system(params, jnp.stack(mu), self.directions)
+        state = State(
+            as_float(0.0), jnp.concatenate([b.q for b in self._bodies]), jnp.concatenate([b.v for b in self._bodies])
+        )
+        scene = Scene(system, state, model)
+        _warn_overlaps(model, params, state.q)
+        return scene
+
+
+def _group(kinds, entries):
+    """The `PairGroup` of one kind pair from its [(index a, index b, capacity)]."""
+    return PairGroup(
+        kind_a=kinds[0],
+        kind_b=kinds[1],
+        index_a=tuple(i for i, _, _ in entries),
+        index_b=tuple(j for _, j, _ in entries),
+        capacity=entries[0][2],
+    )
+
+
+def _or(value, default):
+    return default if value is None else value
+
+
+def _check_quaternion(name, quat):
+    if is_traced(quat):
+        return
+    x = np.asarray(quat, float)
+    if x.shape != (4,) or not np.all(np.isfinite(x)) or not np.linalg.norm(x) > 1e-12:
+        raise ValueError(f"{name} must be a nonzero finite quaternion (w, x, y, z), got {quat!r}")
+
+
+def _warn_overlaps(model, params, q):
+    """Warn, naming the pair and the depth, when bodies start interpenetrating (beyond OVERLAP_TOL)."""
+    if is_traced(params, q):
+        return
+    gap = np.asarray(model.contacts(q, params).gap)
+    worst = {}
+    for (a, b), g in zip(model.pair_names, gap):
+        if g < -OVERLAP_TOL and g < worst.get((a, b), 0.0):
+            worst[a, b] = g
+    for (a, b), g in worst.items():
+        warnings.warn(
+            f"{a!r} and {b!r} overlap by {-g:.3g} m in the initial state; the first step pushes them apart",
+            stacklevel=3,
+        )
