@@ -70,8 +70,9 @@ def from_axis_angle(axis, angle):
 
 def rotation_angle(a, b):
     """The angle in [0, pi] of the rotation from unit quaternion a to b (sign-invariant)."""
-    c = jnp.abs(jnp.sum(a * b, -1))
-    return 2 * jnp.arccos(jnp.clip(c, 0.0, 1.0))
+    conj = b * jnp.array([1.0, -1.0, -1.0, -1.0], b.dtype)
+    d = multiply(a, conj)
+    return 2 * jnp.arctan2(jnp.linalg.norm(d[..., 1:], axis=-1), jnp.abs(d[..., 0]))
 
 
 def rotation_z(theta):
