@@ -269,11 +269,15 @@ def contact_frame(n):
     t = e_x and o = -e_y, is used.
     """
     nx, ny, nz = n[..., 0], n[..., 1], n[..., 2]
-    s = 1.0 + nz
-    ok = s > 1e-12
-    s = jnp.where(ok, s, 1.0)
-    t = jnp.stack([1 - nx * nx / s, -nx * ny / s, -nx], -1)
-    o = jnp.stack([-nx * ny / s, 1 - ny * ny / s, -ny], -1)
+    # 1 / (1 + nz), written as (1 - nz) / (nx^2 + ny^2) on the lower half (same value on
+    # the unit sphere) so that the frame stays orthonormal to rounding near n = -e_z.
+    k = nx * nx + ny * ny
+    ok = k > 1e-30
+    upper = nz >= 0
+    inv_s = jnp.where(upper, 1.0 / jnp.where(upper, 1.0 + nz, 1.0), (1.0 - nz) / jnp.where(ok, k, 1.0))
+    ok = upper | ok
+    t = jnp.stack([1 - nx * nx * inv_s, -nx * ny * inv_s, -nx], -1)
+    o = jnp.stack([-nx * ny * inv_s, 1 - ny * ny * inv_s, -ny], -1)
     t = jnp.where(ok[..., None], t, jnp.array([1.0, 0.0, 0.0], n.dtype))
     o = jnp.where(ok[..., None], o, jnp.array([0.0, -1.0, 0.0], n.dtype))
     return t, o
