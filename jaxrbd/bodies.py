@@ -655,7 +655,7 @@ def _warn_overlaps(model, params, q):
     """Warn, naming the pair and the depth, when bodies start interpenetrating (beyond OVERLAP_TOL)."""
     if is_traced(params, q):
         return
-    gap = np.asarray(model.contacts(q, params).gap)
+    gap = np.asarray(jax.jit(model.gaps)(q, params))
     worst = {}
     for (a, b), g in zip(model.pair_names, gap):
         if g < -OVERLAP_TOL and g < worst.get((a, b), 0.0):
