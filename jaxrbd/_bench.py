@@ -158,3 +158,62 @@ def format_rod(r):
             f"  gradient / rollout           {r['grad_over_rollout']:.2f}",
         ]
     )
+
+
+def grid_benchmark(n=64, dt=0.01, steps=20, batches=(64, 512), repeats=1, gradient=True):
+    """`sphere_grid(n)`: compile time, steps/s for one environment and env-steps/s for vmapped batches.
+
+    The batch varies mu. Each figure is the median of `repeats` runs after a warm-up call.
+    """
+    from . import scenes
+    from .stepping import simulate
+
+    def final(mu):
+        traj = simulate(*scenes.sphere_grid(n, mu=mu), dt=dt, steps=steps)
+        return traj.q[-1], traj.stats.residual.max()
+
+    one = jax.jit(final)
+    t = time.perf_counter()
+    _, residual = jax.block_until_ready(one(jnp.asarray(0.5)))
+    compile_s = time.perf_counter() - t
+    rollout = _time(one, jnp.asarray(0.4), repeats=repeats)
+    result = {
+        "n": n,
+        "dt": dt,
+        "steps": steps,
+        "contacts": n,
+        "lcp_size": n * (8 + 2),
+        "compile_s": compile_s,
+        "steps_per_s": steps / rollout,
+        "worst_residual": float(residual),
+        "batches": {},
+    }
+    if gradient:
+        grad = jax.jit(jax.grad(lambda mu: final(mu)[0][2::7].sum()))
+        jax.block_until_ready(grad(jnp.asarray(0.5)))
+        result["grad_over_rollout"] = _time(grad, jnp.asarray(0.4), repeats=repeats) / rollout
+    for batch in batches:
+        many = jax.jit(jax.vmap(final))
+        mus = jnp.linspace(0.1, 1.0, batch)
+        t = time.perf_counter()
+        jax.block_until_ready(many(mus))
+        first = time.perf_counter() - t
+        elapsed = _time(many, mus * 1.01, repeats=repeats)
+        result["batches"][batch] = {"compile_s": first - elapsed, "env_steps_per_s": batch * steps / elapsed}
+    return result
+
+
+def format_grid(r):
+    lines = [
+        f"sphere_grid({r['n']}): {r['contacts']} contacts, LCP size {r['lcp_size']}, dt = {r['dt']}, "
+        f"{r['steps']} steps, {jax.default_backend()} ({jax.devices()[0].device_kind}), dtype {jnp.zeros(()).dtype}",
+        f"  compile (first call incl.)   {r['compile_s']:.1f} s",
+        f"  one environment              {r['steps_per_s']:.2f} steps/s (worst residual {r['worst_residual']:.1e})",
+    ]
+    if "grad_over_rollout" in r:
+        lines.append(f"  gradient / rollout           {r['grad_over_rollout']:.2f}")
+    for batch, b in r["batches"].items():
+        lines.append(
+            f"  vmapped batch of {batch:<5}       {b['env_steps_per_s']:.2f} env-steps/s (compile {b['compile_s']:.1f} s)"
+        )
+    return "\n".join(lines)

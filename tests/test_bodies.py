@@ -225,17 +225,6 @@ def test_quaternions_stay_unit_over_ten_thousand_steps():
     assert np.abs(w[:, 0]).max() > 1.0  # the middle axis is unstable: the gyroscopic term acts
 
 
-def test_planar_block_on_incline():
-    """The planar box of the body layer: exact sliding acceleration and zero creep."""
-    angle, h = math.radians(30.0), 0.01
-    scene = rbd.scenes.block_on_incline(angle, 0.3, dim=2)
-    traj = rbd.simulate(*scene, dt=h, steps=100)
-    _assert_solved(traj)
-    tangent = np.array([math.cos(angle), math.sin(angle)])
-    accel = np.diff(np.asarray(scene.bodies.linear_velocities(traj.v))[:, 0] @ tangent) / h
-    np.testing.assert_allclose(accel, -G * (math.sin(angle) - 0.3 * math.cos(angle)), rtol=1e-9)
-
-
 def test_vmap_over_mu_equals_the_loop():
     mus = jnp.array([0.1, 0.3, 0.7])
 

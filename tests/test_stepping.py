@@ -80,7 +80,7 @@ SLOPE = math.radians(30.0)
 
 
 def test_block_slides_with_exact_acceleration():
-    system, state = rbd.scenes.block_on_incline(SLOPE, 0.3)
+    system, state = rbd.scenes.block_on_incline(SLOPE, 0.3, dim=2)
     h = 0.01
     traj = rbd.simulate(system, state, dt=h, steps=200)
     _assert_solved(traj)
@@ -92,7 +92,7 @@ def test_block_slides_with_exact_acceleration():
 
 
 def test_block_sticks_without_creep():
-    system, state = rbd.scenes.block_on_incline(SLOPE, 0.7)  # mu > tan(30°) = 0.577
+    system, state = rbd.scenes.block_on_incline(SLOPE, 0.7, dim=2)  # mu > tan(30°) = 0.577
     traj = rbd.simulate(system, state, dt=0.01, steps=1000)
     _assert_solved(traj)
     assert float(jnp.abs(traj.q - traj.q[0]).max()) < 1e-12
