@@ -24,8 +24,9 @@ jax.config.update("jax_enable_x64", not args.float32)
 
 from jaxrbd._bench import format_grid, grid_benchmark
 
-result = grid_benchmark(n=args.n, steps=args.steps, batches=args.batches, repeats=args.repeats,
-                        gradient=not args.no_grad)
+result = grid_benchmark(
+    n=args.n, steps=args.steps, batches=args.batches, repeats=args.repeats, gradient=not args.no_grad
+)
 print(format_grid(result))
 with open(args.out, "w") as f:
     json.dump(result, f, indent=2)

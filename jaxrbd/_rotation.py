@@ -11,9 +11,7 @@ def skew(w):
     """(..., 3, 3) the matrix [w]x with [w]x y = w x y."""
     x, y, z = w[..., 0], w[..., 1], w[..., 2]
     zero = jnp.zeros_like(x)
-    return jnp.stack(
-        [jnp.stack([zero, -z, y], -1), jnp.stack([z, zero, -x], -1), jnp.stack([-y, x, zero], -1)], -2
-    )
+    return jnp.stack([jnp.stack([zero, -z, y], -1), jnp.stack([z, zero, -x], -1), jnp.stack([-y, x, zero], -1)], -2)
 
 
 def multiply(a, b):
@@ -79,6 +77,4 @@ def rotation_z(theta):
     """(..., 3, 3) the rotation by theta about the z axis (planar bodies)."""
     c, s = jnp.cos(theta), jnp.sin(theta)
     zero, one = jnp.zeros_like(c), jnp.ones_like(c)
-    return jnp.stack(
-        [jnp.stack([c, -s, zero], -1), jnp.stack([s, c, zero], -1), jnp.stack([zero, zero, one], -1)], -2
-    )
+    return jnp.stack([jnp.stack([c, -s, zero], -1), jnp.stack([s, c, zero], -1), jnp.stack([zero, zero, one], -1)], -2)

@@ -77,8 +77,10 @@ def test_p2_convergence_table():
     print("\n    h   vel.err (paper)   pos.err  orient.err (paper)   variation (paper)")
     for row in rows:
         ve, pe, var = P2_PUBLISHED[row.h]
-        print(f"{row.h:7.5f} {row.velocity_error:8.4f} ({ve}) {row.position_error:8.4f} "
-              f"{row.orientation_error:8.4f} ({pe}) {row.variation:8.3f} ({var})")
+        print(
+            f"{row.h:7.5f} {row.velocity_error:8.4f} ({ve}) {row.position_error:8.4f} "
+            f"{row.orientation_error:8.4f} ({pe}) {row.variation:8.3f} ({var})"
+        )
     coarse, fine = rows[0], rows[3]
     for name in ("velocity_error", "position_error", "orientation_error"):
         errors = [getattr(r, name) for r in rows[:-1]]
@@ -214,8 +216,7 @@ def test_quaternions_stay_unit_over_ten_thousand_steps():
     """A box tumbling about its unstable middle axis, 10^4 steps at h = 1e-3: |quat| = 1 to 1e-12."""
     b = rbd.SceneBuilder(gravity=(0.0, 0.0, 0.0))
     b.add_static("floor", rbd.Plane())
-    b.add_body("box", rbd.Box((0.3, 0.2, 0.1)), mass=1.0, position=(0.0, 0.0, 1.0),
-               angular_velocity=(0.01, 3.0, 0.02))
+    b.add_body("box", rbd.Box((0.3, 0.2, 0.1)), mass=1.0, position=(0.0, 0.0, 1.0), angular_velocity=(0.01, 3.0, 0.02))
     scene = b.build()
     traj = rbd.simulate(*scene, dt=1e-3, steps=10_000)
     _assert_solved(traj)
@@ -252,14 +253,24 @@ def test_mass_is_a_differentiable_leaf():
     "build, match",
     [
         (lambda b: b.add_body("x", rbd.Sphere(0.1), mass=0.0, position=(0, 0, 1)), "mass"),
-        (lambda b: b.add_body("x", rbd.Sphere(0.1), mass=1.0, inertia=(1.0, 1.0, -1.0), position=(0, 0, 1)),
-         "positive definite"),
-        (lambda b: b.add_body("x", rbd.Sphere(0.1), mass=1.0, inertia=(1.0, 1.0, 3.0), position=(0, 0, 1)),
-         "triangle inequality"),
-        (lambda b: b.add_body("x", rbd.Sphere(0.1), mass=1.0, inertia=[[1, 0.5, 0], [0, 1, 0], [0, 0, 1]],
-                              position=(0, 0, 1)), "symmetric"),
-        (lambda b: b.add_body("x", rbd.Sphere(0.1), mass=1.0, position=(0, 0, 1), orientation=(0, 0, 0, 0)),
-         "orientation"),
+        (
+            lambda b: b.add_body("x", rbd.Sphere(0.1), mass=1.0, inertia=(1.0, 1.0, -1.0), position=(0, 0, 1)),
+            "positive definite",
+        ),
+        (
+            lambda b: b.add_body("x", rbd.Sphere(0.1), mass=1.0, inertia=(1.0, 1.0, 3.0), position=(0, 0, 1)),
+            "triangle inequality",
+        ),
+        (
+            lambda b: b.add_body(
+                "x", rbd.Sphere(0.1), mass=1.0, inertia=[[1, 0.5, 0], [0, 1, 0], [0, 0, 1]], position=(0, 0, 1)
+            ),
+            "symmetric",
+        ),
+        (
+            lambda b: b.add_body("x", rbd.Sphere(0.1), mass=1.0, position=(0, 0, 1), orientation=(0, 0, 0, 0)),
+            "orientation",
+        ),
         (lambda b: b.add_body("x", rbd.Sphere(-0.1), mass=1.0, position=(0, 0, 1)), "radius"),
         (lambda b: b.add_body("x", rbd.Box((0.1, -0.1, 0.1)), mass=1.0, position=(0, 0, 1)), "half_extents"),
         (lambda b: b.add_body("x", rbd.Sphere(0.1, mu=-0.2), mass=1.0, position=(0, 0, 1)), "mu"),

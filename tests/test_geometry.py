@@ -131,10 +131,24 @@ def mixed_scene():
     b.add_static("post", rbd.Sphere(0.3, position=(2.0, 2.0, 0.2)))
     tilt = rot.from_axis_angle(jnp.array([0.6, 0.8, 0.0]), 0.7)
     b.add_body("ball", rbd.Sphere(0.1), mass=1.0, position=(0.1, 0.2, 0.3), angular_velocity=(1.0, -2.0, 0.5))
-    b.add_body("rod", rbd.Capsule(0.05, 0.3), mass=2.0, position=(0.6, -0.1, 0.4), orientation=tilt,
-               velocity=(0.2, 0.1, -0.3), angular_velocity=(0.3, 0.2, 1.0))
-    b.add_body("crate", rbd.Box((0.2, 0.1, 0.15)), mass=3.0, position=(-0.4, 0.5, 0.5), orientation=tilt,
-               velocity=(0.0, -0.5, 0.1), angular_velocity=(-1.0, 0.4, 0.2))
+    b.add_body(
+        "rod",
+        rbd.Capsule(0.05, 0.3),
+        mass=2.0,
+        position=(0.6, -0.1, 0.4),
+        orientation=tilt,
+        velocity=(0.2, 0.1, -0.3),
+        angular_velocity=(0.3, 0.2, 1.0),
+    )
+    b.add_body(
+        "crate",
+        rbd.Box((0.2, 0.1, 0.15)),
+        mass=3.0,
+        position=(-0.4, 0.5, 0.5),
+        orientation=tilt,
+        velocity=(0.0, -0.5, 0.1),
+        angular_velocity=(-1.0, 0.4, 0.2),
+    )
     b.exclude("rod", "crate")
     return b.build()
 
@@ -177,8 +191,14 @@ def test_planar_capsule_is_the_falling_rod_plus_the_rolling_term():
     b.add_static("table", rbd.Plane((0.0, 1.0, 0.0)))
     across = rot.from_axis_angle(jnp.array([0.0, 1.0, 0.0]), math.pi / 2)  # capsule axis along body x
     x, y, theta = (float(v) for v in rod_state.q)
-    b.add_body("rod", rbd.Capsule(p["radius"], 0.5 * p["length"], orientation=across), mass=p["mass"],
-               inertia=(1.0, 1.0, p["inertia"]), position=(x, y), angle=theta)
+    b.add_body(
+        "rod",
+        rbd.Capsule(p["radius"], 0.5 * p["length"], orientation=across),
+        mass=p["mass"],
+        inertia=(1.0, 1.0, p["inertia"]),
+        position=(x, y),
+        angle=theta,
+    )
     scene = b.build()
     q = rod_state.q
     np.testing.assert_allclose(scene.system.gap(q), rod_system.gap(q), atol=EXACT)
