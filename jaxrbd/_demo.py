@@ -34,7 +34,6 @@ def plot_rod(results, path):
     system, traj = results[0.0025]
     p = {k: float(v) for k, v in system.params.items()}
     half, r = 0.5 * p["length"], p["radius"]
-    t = np.asarray(traj.t)
     for time in (0.30, 0.36, 0.383, 0.42, 0.47, 0.52, 0.548, 0.60):
         x, y, th = np.asarray(traj.q[int(round(time / 0.0025))])
         ends = np.array(
