@@ -7,13 +7,6 @@ With the angular velocity w in the world frame, dq/dt = (0, w) * q / 2 (000 §5)
 import jax.numpy as jnp
 
 
-def skew(w):
-    """(..., 3, 3) the matrix [w]x with [w]x y = w x y."""
-    x, y, z = w[..., 0], w[..., 1], w[..., 2]
-    zero = jnp.zeros_like(x)
-    return jnp.stack([jnp.stack([zero, -z, y], -1), jnp.stack([z, zero, -x], -1), jnp.stack([-y, x, zero], -1)], -2)
-
-
 def multiply(a, b):
     """The Hamilton product a * b of (..., 4) quaternions."""
     aw, av = a[..., :1], a[..., 1:]
