@@ -82,8 +82,10 @@ def natural_residual(z, w, n_free=0):
 class FrictionLCP(eqx.Module):
     """The polyhedral-cone friction LCP of one time step (004 §3.2) and its layout.
 
-    z = [c_n (nc), beta (nd), lam (nc)], with w = [N^T v+, D^T v+ + E lam, mu c_n - E^T beta],
-    where v+ = b + M^{-1}(N c_n + D beta) is the velocity after the step.
+    z = [c_g (ng), c_n (nc), beta (nd), lam (nc)], with
+    w = [J^T v+, N^T v+, D^T v+ + E lam, mu c_n - E^T beta], where
+    v+ = b + M^{-1}(J c_g + N c_n + D beta) is the velocity after the step. The ng
+    joint rows lead and are equalities (000 eq. (15)); without joints ng = 0.
 
     Attributes:
         lcp: the LCP.
@@ -91,6 +93,7 @@ class FrictionLCP(eqx.Module):
         b: (nv,) free velocity.
         N: (nv, nc) contact normals.
         D: (nv, nd) friction directions, grouped by contact.
+        J: (nv, ng) joint rows (transposed); ng may be 0.
         counts: static number of directions of each contact.
     """
 
@@ -99,17 +102,23 @@ class FrictionLCP(eqx.Module):
     b: jax.Array
     N: jax.Array
     D: jax.Array
+    J: jax.Array
     counts: tuple[int, ...] = eqx.field(static=True)
 
     def split(self, z):
         """(c_n, beta, lam) from z."""
-        nc, nd = self.N.shape[-1], self.D.shape[-1]
+        ng, nc, nd = self.J.shape[-1], self.N.shape[-1], self.D.shape[-1]
+        z = z[..., ng:]
         return z[..., :nc], z[..., nc : nc + nd], z[..., nc + nd :]
 
+    def joint(self, z):
+        """(ng,) the joint impulses c_g."""
+        return z[..., : self.J.shape[-1]]
+
     def impulse(self, z):
-        """The generalized contact impulse N c_n + D beta, unique even when z is not."""
+        """The generalized impulse J c_g + N c_n + D beta, unique even when z is not."""
         c_n, beta, _ = self.split(z)
-        return self.N @ c_n + self.D @ beta
+        return self.J @ self.joint(z) + self.N @ c_n + self.D @ beta
 
     def velocity(self, z):
         """The velocity after the step, v+ = b + M^{-1}(N c_n + D beta)."""
@@ -122,7 +131,7 @@ def _direction_incidence(counts):
     return (owner[:, None] == np.arange(len(counts))[None, :]).astype(np.float64)
 
 
-def friction_lcp(M, N, D, mu, counts, b, *, bn=None, row_active=None):
+def friction_lcp(M, N, D, mu, counts, b, *, bn=None, row_active=None, J=None, bj=None):
     """Build the friction LCP of one velocity-level time step (004 §3.2, 000 eq. (14)).
 
     Args:
@@ -140,6 +149,9 @@ def friction_lcp(M, N, D, mu, counts, b, *, bn=None, row_active=None):
             columns are replaced by the decoupled row z_i + 1 >= 0 ⊥ z_i, whose only
             solution is z_i = 0. Gives fixed shapes with a variable number of contacts
             and directions.
+        J: optional (nv, ng) joint rows, transposed: equality rows J^T v+ + bj = 0
+            that lead z (the mixed LCP of 000 eq. (15)); always active.
+        bj: optional (ng,) offset of the joint rows.
 
     Returns:
         A `FrictionLCP`.
@@ -153,24 +165,24 @@ def friction_lcp(M, N, D, mu, counts, b, *, bn=None, row_active=None):
     if M.shape[-2:] != (N.shape[-2], N.shape[-2]) or D.shape[-2] != N.shape[-2] or b.shape[-1] != N.shape[-2]:
         raise ValueError(f"inconsistent shapes: M {M.shape}, N {N.shape}, D {D.shape}, b {b.shape}")
     dtype = jnp.result_type(M, N, D, b)
+    J = jnp.zeros((N.shape[-2], 0), dtype) if J is None else J
+    ng = J.shape[-1]
     E = jnp.asarray(_direction_incidence(counts), dtype)
-    G = jnp.concatenate([N, D], axis=-1)
+    G = jnp.concatenate([J, N, D], axis=-1)
     chol = jax.scipy.linalg.cho_factor(M)
     MinvG = jax.scipy.linalg.cho_solve(chol, G)
     W = G.T @ MinvG
     mu = jnp.broadcast_to(jnp.asarray(mu, dtype), (nc,))
-    Z = jnp.zeros((nc, nc), dtype)
-    A = jnp.block(
-        [
-            [W, jnp.concatenate([jnp.zeros((nc, nc), dtype), E], axis=0)],
-            [jnp.diag(mu), -E.T, Z],
-        ]
-    )
+    lam_col = jnp.concatenate([jnp.zeros((ng + nc, nc), dtype), E], axis=0)
+    cone_row = jnp.concatenate([jnp.zeros((nc, ng), dtype), jnp.diag(mu), -E.T, jnp.zeros((nc, nc), dtype)], axis=1)
+    A = jnp.concatenate([jnp.concatenate([W, lam_col], axis=1), cone_row], axis=0)
     q = jnp.concatenate([G.T @ b, jnp.zeros((nc,), dtype)])
+    if bj is not None:
+        q = q.at[:ng].add(bj)
     if bn is not None:
-        q = q.at[:nc].add(bn)
+        q = q.at[ng : ng + nc].add(bn)
     if row_active is not None:
-        keep = row_active.astype(dtype)
+        keep = jnp.concatenate([jnp.ones((ng,), dtype), row_active.astype(dtype)])
         A = A * keep[:, None] * keep[None, :] + jnp.diag(1.0 - keep)
         q = q * keep + (1.0 - keep)
-    return FrictionLCP(LCP(A, q), M, b, N, D, counts)
+    return FrictionLCP(LCP(A, q, ng), M, b, N, D, J, counts)

@@ -32,6 +32,7 @@ from . import _rotation as rot
 from . import geometry
 from ._validate import as_float, check_value, is_traced
 from .model import Scene, State, System
+from .stepping import project_to_joints
 
 GRAVITY = 9.81
 OVERLAP_TOL = 1e-9  # an initial gap below -OVERLAP_TOL is reported as an overlap
@@ -75,7 +76,9 @@ class BodyParams(eqx.Module):
         gravity: (3,) gravitational acceleration.
         force, torque: (nb, 3) constant applied force and torque, world frame.
         shapes: {kind: {name: stacked arrays}} the shapes' geometry.
-        restitution: (nc,) per-contact restitution coefficients.
+        joints: the joints' `JointParams` (None without joints).
+
+    Restitution and friction are per contact: `system.restitution` and `system.mu`.
     """
 
     mass: jax.Array
@@ -84,7 +87,27 @@ class BodyParams(eqx.Module):
     force: jax.Array
     torque: jax.Array
     shapes: dict
-    restitution: jax.Array
+    joints: Any = None
+
+
+class JointParams(eqx.Module):
+    """The array leaves of the joints, (nj, ...): anchors and axes in each body's frame.
+
+    Attributes:
+        anchor_a, anchor_b: (nj, 3) the joint point in the frames of bodies a and b
+            (the world frame when b is the world).
+        axis_b: (nj, 3) the hinge axis in b's frame (revolute joints).
+        perp_a: (nj, 2, 3) two unit vectors in a's frame orthogonal to the hinge axis.
+    """
+
+    anchor_a: jax.Array
+    anchor_b: jax.Array
+    axis_b: jax.Array
+    perp_a: jax.Array
+
+
+JOINT_KINDS = ("ball", "revolute")
+JOINT_TOL = 1e-8  # an initial joint violation above it is reported (then projected)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,6 +134,7 @@ class BodyModel:
         groups: the `PairGroup`s, in the order of the contacts.
         pair_names: (nc,) the (name a, name b) of each contact.
         margin: contacts with a gap above it are inactive.
+        joints: ((name, kind, body a, body b), ...) with body indices (nb: the world).
     """
 
     dim: int
@@ -120,6 +144,7 @@ class BodyModel:
     groups: tuple
     pair_names: tuple
     margin: float = math.inf
+    joints: tuple = ()
 
     @property
     def nbodies(self):
@@ -297,11 +322,35 @@ class BodyModel:
             return jnp.concatenate([params.force, params.torque], -1).reshape(-1)
         return jnp.stack([params.force[:, 0], params.force[:, 1], params.torque[:, 2]], -1).reshape(-1)
 
+    def constraints(self, q, params):
+        """(ng,) the joint constraints g(q): per joint the anchor gap x_a - x_b (3, or 2
+        in planar scenes), then for revolute joints in 3D the two hinge rows
+        (R_a u_a) . (R_b axis_b) = 0 and (R_a w_a) . (R_b axis_b) = 0."""
+        p, R = self.poses(q)
+        jp = params.joints
+        rows = []
+        for j, (_, kind, a, b) in enumerate(self.joints):
+            x_a = p[a] + R[a] @ jp.anchor_a[j]
+            x_b = p[b] + R[b] @ jp.anchor_b[j]
+            rows.append((x_a - x_b)[: self.dim])
+            if kind == "revolute" and self.dim == 3:
+                rows.append((R[a] @ jp.perp_a[j].T).T @ (R[b] @ jp.axis_b[j]))
+        return jnp.concatenate(rows)
+
+    def joint_rows(self):
+        """((name, first row, number of rows), ...): where each joint sits in g(q)."""
+        out, start = [], 0
+        for name, kind, _, _ in self.joints:
+            n = 2 if self.dim == 2 else (5 if kind == "revolute" else 3)
+            out.append((name, start, n))
+            start += n
+        return tuple(out)
+
     def normalize(self, q):
         qb = self._per_body(q, 7)
         return jnp.concatenate([qb[:, :3], rot.normalize(qb[:, 3:])], -1).reshape(q.shape)
 
-    def system(self, params, mu, directions):
+    def system(self, params, mu, restitution, directions):
         """The `System` of this layout with the given leaves."""
         spatial = self.dim == 3
         return System(
@@ -317,6 +366,8 @@ class BodyModel:
             coriolis_force=self.coriolis_force,
             normalize=self.normalize if spatial else None,
             contact_active=None if self.margin == math.inf else self.active,
+            restitution=restitution,
+            constraints=self.constraints if self.joints else None,
         )
 
 
@@ -430,6 +481,7 @@ class SceneBuilder:
         self.mu, self.restitution, self.collide_bodies = mu, restitution, collide_bodies
         self._bodies, self._statics = [], []
         self._pairs, self._excluded, self._included = {}, set(), set()
+        self._joints = []
 
     def _names(self):
         return [b.name for b in self._bodies] + [name for name, _ in self._statics]
@@ -537,6 +589,87 @@ class SceneBuilder:
         """Contacts between moving bodies a and b even with collide_bodies=False."""
         self._included.add(self._known(a, b))
 
+    def add_joint(self, name, kind, a, b=None, *, anchor=None, anchor_a=None, anchor_b=None, axis=None):
+        """Add a bilateral joint between moving body a and body b (None: the world); returns its name.
+
+        The joint point is either `anchor`, a world point at the initial
+        configuration, or given per body: `anchor_a` in a's frame and `anchor_b` in
+        b's frame (the world frame for the world). With per-body anchors the
+        initial state may violate the joint: `build()` warns with the violation and
+        projects the state onto g(q) = 0. The two bodies do not collide with each
+        other (`include` restores it).
+
+        Args:
+            name: a unique joint name.
+            kind: "ball" (the points coincide: 3 rows; 2 in planar scenes) or
+                "revolute" (a hinge: in 3D also the axis is shared, 5 rows; in planar
+                scenes the same as "ball").
+            a, b: body names; b None or "world" for the world.
+            anchor: (dim,) world point; or anchor_a and anchor_b, (dim,) each.
+            axis: (3,) the hinge axis in the world frame at the initial
+                configuration (revolute joints in 3D).
+        """
+        if not isinstance(name, str) or not name or name in [j[0] for j in self._joints]:
+            raise ValueError(f"a joint needs a new non-empty string name, got {name!r}")
+        if kind not in JOINT_KINDS:
+            raise ValueError(f"joint {name!r}: kind must be one of {JOINT_KINDS}, got {kind!r}")
+        moving = [body.name for body in self._bodies]
+        if a not in moving:
+            raise ValueError(f"joint {name!r}: a must name a moving body, got {a!r}; moving bodies: {moving}")
+        b = "world" if b is None else b
+        if b != "world" and b not in moving:
+            raise ValueError(f"joint {name!r}: b must name a moving body or 'world', got {b!r}; moving bodies: {moving}")
+        if a == b:
+            raise ValueError(f"joint {name!r}: a and b are the same body {a!r}")
+        d = self.dim
+        per_body = anchor_a is not None and anchor_b is not None
+        if (anchor is None) != per_body or (anchor is not None and (anchor_a, anchor_b) != (None, None)):
+            raise ValueError(f"joint {name!r}: give either anchor, or both anchor_a and anchor_b")
+        if anchor is not None:
+            anchor = _vector(f"anchor of joint {name!r}", anchor, d)
+        else:
+            anchor_a = _vector(f"anchor_a of joint {name!r}", anchor_a, d)
+            anchor_b = _vector(f"anchor_b of joint {name!r}", anchor_b, d)
+        if kind == "revolute" and d == 3:
+            if axis is None:
+                raise ValueError(f"joint {name!r}: a revolute joint in 3D needs its axis")
+            axis = _vector(f"axis of joint {name!r}", axis, 3)
+            if not is_traced(axis) and not np.linalg.norm(np.asarray(axis)) > 1e-12:
+                raise ValueError(f"joint {name!r}: axis must be a nonzero vector, got {axis}")
+        elif axis is not None:
+            raise ValueError(f"joint {name!r}: axis applies only to revolute joints in 3D scenes")
+        self._joints.append((name, kind, a, b, anchor, anchor_a, anchor_b, axis))
+        if b != "world":
+            self._excluded.add(frozenset((a, b)))
+        return name
+
+    def _joint_params(self, q):
+        """The static joint layout and its `JointParams`, from the initial configuration q."""
+        if not self._joints:
+            return (), None
+        index = {body.name: i for i, body in enumerate(self._bodies)}
+        index["world"] = len(self._bodies)
+        model = BodyModel(self.dim, tuple(index)[:-1], (), (), (), ())
+        p, R = model.poses(q)
+        pad = lambda x: jnp.concatenate([x, jnp.zeros(3 - x.shape[0], x.dtype)])
+        layout, leaves = [], []
+        for name, kind, a, b, anchor, anchor_a, anchor_b, axis in self._joints:
+            ia, ib = index[a], index[b]
+            if anchor is not None:
+                x = pad(anchor)
+                anchor_a, anchor_b = R[ia].T @ (x - p[ia]), R[ib].T @ (x - p[ib])
+            else:
+                anchor_a, anchor_b = pad(anchor_a), pad(anchor_b)
+            n = jnp.array([0.0, 0.0, 1.0]) if axis is None else axis / jnp.linalg.norm(axis)
+            n_a = R[ia].T @ n
+            helper = jnp.where(jnp.abs(n_a[0]) < 0.9, jnp.array([1.0, 0.0, 0.0]), jnp.array([0.0, 1.0, 0.0]))
+            u = jnp.cross(n_a, helper)
+            u = u / jnp.linalg.norm(u)
+            layout.append((name, kind, ia, ib))
+            leaves.append((anchor_a, anchor_b, R[ib].T @ n, jnp.stack([u, jnp.cross(n_a, u)])))
+        stacked = [jnp.stack([as_float(x[i]) for x in leaves]) for i in range(4)]
+        return tuple(layout), JointParams(*stacked)
+
     def _body_pairs(self):
         moving = [b.name for b in self._bodies]
         pairs = [(m, s) for m in moving for s, _ in self._statics]
@@ -580,6 +713,8 @@ class SceneBuilder:
             raise ValueError("the scene has no contact pairs: add static geometry or let bodies collide")
         pair_groups = tuple(_group(kinds, entries) for kinds, entries in groups.items())
         # Contacts are ordered by group; within a group, in pair order.
+        q0 = jnp.concatenate([b.q for b in self._bodies])
+        joint_layout, joint_params = self._joint_params(q0)
         mu, restitution, pair_names = [], [], []
         for kinds in groups:
             for key, na, nb_, sha, shb, capacity in contact_info:
@@ -603,6 +738,7 @@ class SceneBuilder:
             groups=pair_groups,
             pair_names=tuple(pair_names),
             margin=self.margin,
+            joints=joint_layout,
         )
         shapes = {
             kind: jax.tree_util.tree_map(
@@ -617,12 +753,11 @@ class SceneBuilder:
             force=jnp.stack([b.force for b in self._bodies]),
             torque=jnp.stack([b.torque for b in self._bodies]),
             shapes=shapes,
-            restitution=jnp.stack(restitution),
+            joints=joint_params,
         )
-        system = model.system(params, jnp.stack(mu), self.directions)
-        state = State(
-            as_float(0.0), jnp.concatenate([b.q for b in self._bodies]), jnp.concatenate([b.v for b in self._bodies])
-        )
+        system = model.system(params, jnp.stack(mu), jnp.stack(restitution), self.directions)
+        q0 = _project_initial_joints(model, system, q0)
+        state = State(as_float(0.0), q0, jnp.concatenate([b.v for b in self._bodies]))
         scene = Scene(system, state, model)
         _warn_overlaps(model, params, state.q)
         return scene
@@ -649,6 +784,23 @@ def _check_quaternion(name, quat):
     x = np.asarray(quat, float)
     if x.shape != (4,) or not np.all(np.isfinite(x)) or not np.linalg.norm(x) > 1e-12:
         raise ValueError(f"{name} must be a nonzero finite quaternion (w, x, y, z), got {quat!r}")
+
+
+def _project_initial_joints(model, system, q):
+    """q projected onto the joints, with a warning naming each joint violated by more than JOINT_TOL."""
+    if not model.joints:
+        return q
+    if not is_traced(system, q):
+        g = np.abs(np.asarray(jax.jit(model.constraints)(q, system.params)))
+        for name, start, n in model.joint_rows():
+            worst = g[start : start + n].max()
+            if worst > JOINT_TOL:
+                warnings.warn(
+                    f"joint {name!r} is violated by {worst:.3g} in the initial state; "
+                    "the state is projected onto the joints before the first step",
+                    stacklevel=4,
+                )
+    return project_to_joints(system, q)
 
 
 def _warn_overlaps(model, params, q):

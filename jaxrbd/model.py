@@ -16,6 +16,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ._validate import check_value
+
 
 class State(eqx.Module):
     """Time, generalized coordinates q (nq,) and velocities v (nv,)."""
@@ -63,6 +65,11 @@ class System(eqx.Module):
             quaternions, 000 §5); None leaves q as the step makes it.
         contact_active: ``(q, params) -> (nc,) bool`` candidate contacts to keep in
             the step (the geometry's active mask); None keeps all.
+        restitution: (nc,) restitution coefficients in [0, 1], one per contact, used
+            by the impact laws (`jaxrbd.Newton`, `jaxrbd.Poisson`); None means 0.
+        constraints: ``(q, params) -> (ng,)`` bilateral joint constraints g(q) = 0
+            (000 eq. (15)); their velocity rows J = (dg/dq) G(q) enter the step as
+            equality rows. None: no joints.
     """
 
     params: Any
@@ -77,6 +84,8 @@ class System(eqx.Module):
     coriolis_force: Callable | None = eqx.field(static=True, default=None)
     normalize: Callable | None = eqx.field(static=True, default=None)
     contact_active: Callable | None = eqx.field(static=True, default=None)
+    restitution: jax.Array | None = None
+    constraints: Callable | None = eqx.field(static=True, default=None)
 
     def G(self, q):
         if self.kinematics is None:
@@ -152,6 +161,23 @@ class System(eqx.Module):
             return jnp.ones(self.mu.shape[-1], bool)
         return self.contact_active(q, self.params)
 
+    @property
+    def epsilon(self):
+        """(nc,) the restitution coefficients (zeros when none were given)."""
+        if self.restitution is None:
+            return jnp.zeros_like(self.mu)
+        return jnp.broadcast_to(self.restitution, self.mu.shape)
+
+    def constraint(self, q):
+        """(ng,) the joint constraints g(q); empty without joints."""
+        if self.constraints is None:
+            return jnp.zeros((0,), q.dtype)
+        return self.constraints(q, self.params)
+
+    def constraint_jacobian(self, q):
+        """(ng, nv) the joint rows in velocity space, J = (dg/dq) G(q)."""
+        return jax.jacfwd(self.constraint)(q) @ self.G(q)
+
     def energy(self, q, v):
         """Kinetic plus potential energy."""
         return 0.5 * v @ self.M(q) @ v + self.potential(q, self.params)
@@ -201,6 +227,15 @@ def check_system(system, state):
             raise ValueError(
                 f"system.{name} returns shape {got}, expected {want} (nq = {q.shape[0]}, nv = {v.shape[0]}, nc = {nc})"
             )
+    if system.constraints is not None:
+        g = jax.eval_shape(system.constraint, q).shape
+        if len(g) != 1:
+            raise ValueError(f"system.constraints returns shape {g}, expected a vector (ng,)")
+    if system.restitution is not None:
+        e = jnp.shape(system.restitution)
+        if e not in ((), (nc,)):
+            raise ValueError(f"system.restitution has shape {e}, expected ({nc},)")
+        check_value("system.restitution", system.restitution, unit_interval=True)
     T = jax.eval_shape(lambda q: system.tangents(q, system.params), q).shape
     if len(T) != 3 or T[0] != nc or T[1] not in (1, 2) or T[2] != v.shape[0]:
         raise ValueError(f"system.tangents returns shape {T}, expected ({nc}, 1 or 2, {v.shape[0]})")

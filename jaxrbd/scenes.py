@@ -16,7 +16,7 @@ from ._validate import as_float as _float
 from ._validate import check_value as _check
 from . import _rotation as rot
 from .bodies import SceneBuilder
-from .geometry import Box, Plane, Sphere
+from .geometry import Box, Capsule, Plane, Sphere
 from .model import Scene, State, System
 
 GRAVITY = 9.81
@@ -304,4 +304,110 @@ def sphere_grid(n=64, *, mu=0.5, mass=1.0, radius=0.1, spacing=0.3, height=0.5, 
             mass=mass,
             position=jnp.stack([_float(col * spacing), _float(row * spacing), _float(height)]),
         )
+    return b.build()
+
+
+def bouncing_ball(
+    e=0.8,
+    *,
+    height=1.0,
+    mass=1.0,
+    radius=0.1,
+    mu=0.0,
+    velocity=(0.0, 0.0, 0.0),
+    angular_velocity=(0.0, 0.0, 0.0),
+    directions=8,
+    gravity=GRAVITY,
+):
+    """A ball dropped onto the table z = 0 with restitution e; simulate it with `restitution=jaxrbd.Newton()`.
+
+    `height` is the drop height of the centre above its resting height (the
+    radius). Exact, with Newton's law: each apex is e^2 times the previous one
+    (BENCHMARKS.md); the first rebound apex is e^2 height.
+    """
+    _check("e", e, unit_interval=True)
+    _check("height", height, nonnegative=True)
+    b = SceneBuilder(dim=3, mu=mu, restitution=e, directions=directions, gravity=(0.0, 0.0, -gravity))
+    b.add_static("table", Plane())
+    b.add_body(
+        "ball",
+        Sphere(radius),
+        mass=mass,
+        position=jnp.stack([0.0, 0.0, _float(radius) + _float(height)]),
+        velocity=velocity,
+        angular_velocity=angular_velocity,
+    )
+    return b.build()
+
+
+def pendulum(
+    length=1.0,
+    *,
+    mass=1.0,
+    radius=0.05,
+    theta0=0.2,
+    omega0=0.0,
+    wall=False,
+    restitution=0.0,
+    wall_mu=0.0,
+    joint="revolute",
+    gravity=GRAVITY,
+):
+    """A ball of radius `radius` hanging from a hinge at distance `length` above its centre (3D).
+
+    The hinge is at (0, 0, length + 1), its axis y; the pendulum swings in the x-z
+    plane, theta0 is the initial angle from the downward vertical (towards +x) and
+    omega0 = d theta / dt. The body is a solid ball, so the small-angle period is
+    2 pi sqrt((length^2 + (2/5) radius^2) / (g length)). A floor at z = 0 is never
+    reached. With `wall=True` a wall x <= -radius (friction `wall_mu`, restitution
+    `restitution`) is touched by the ball when the pendulum hangs vertically: it
+    strikes the wall at the bottom of its swing. `joint` is "revolute" (5 rows) or
+    "ball" (3 rows).
+    """
+    _check("length", length, positive=True)
+    _check("radius", radius, positive=True)
+    b = SceneBuilder(dim=3, mu=wall_mu, restitution=restitution, gravity=(0.0, 0.0, -gravity))
+    b.add_static("floor", Plane())
+    if wall:
+        b.add_static("wall", Plane(normal=(1.0, 0.0, 0.0), offset=-_float(radius)))
+    length, theta0 = _float(length), _float(theta0)
+    pivot = jnp.stack([0.0, 0.0, length + 1.0])
+    b.add_body(
+        "bob",
+        Sphere(radius),
+        mass=mass,
+        position=pivot + length * jnp.stack([jnp.sin(theta0), 0.0, -jnp.cos(theta0)]),
+        orientation=rot.from_axis_angle(jnp.array([0.0, 1.0, 0.0]), -theta0),
+        velocity=length * _float(omega0) * jnp.stack([jnp.cos(theta0), 0.0, jnp.sin(theta0)]),
+        angular_velocity=jnp.stack([0.0, -_float(omega0), 0.0]),
+    )
+    b.add_joint("hinge", joint, "bob", anchor=pivot, axis=(0.0, 1.0, 0.0) if joint == "revolute" else None)
+    return b.build()
+
+
+def chain(links=5, *, link_length=0.2, radius=0.02, mass=0.1, mu=0.5, height=0.0, directions=8, gravity=GRAVITY):
+    """A chain of capsule links joined end to end by ball joints, lying along x on the table z = 0.
+
+    Each link is a capsule (axis along x) whose end centres are the joints with
+    its neighbours; `height` lifts the chain above the table (0: resting on it).
+    Joined links do not collide with each other; non-neighbours are not paired.
+    """
+    if not isinstance(links, int) or links < 2:
+        raise ValueError(f"links must be an integer >= 2, got {links!r}")
+    _check("link_length", link_length, positive=True)
+    b = SceneBuilder(dim=3, mu=mu, directions=directions, gravity=(0.0, 0.0, -gravity), collide_bodies=False)
+    b.add_static("table", Plane())
+    half = 0.5 * _float(link_length)
+    along_x = rot.from_axis_angle(jnp.array([0.0, 1.0, 0.0]), jnp.pi / 2)
+    names = [f"link{i}" for i in range(links)]
+    for i, name in enumerate(names):
+        b.add_body(
+            name,
+            Capsule(radius, half),
+            mass=mass,
+            position=jnp.stack([(2 * i + 1) * half, 0.0, _float(radius) + _float(height)]),
+            orientation=along_x,
+        )
+    for i, (a, c) in enumerate(zip(names, names[1:])):
+        b.add_joint(f"joint{i}", "ball", a, c, anchor_a=jnp.stack([0.0, 0.0, half]), anchor_b=jnp.stack([0.0, 0.0, -half]))
     return b.build()

@@ -16,6 +16,7 @@ import numpy as np
 
 from ._problems import friction_lcp
 from .complementarity import SemismoothNewton, solve_lcp
+from ._validate import check_value
 from .model import State, check_system
 
 
@@ -62,25 +63,83 @@ class AnitescuPotra(eqx.Module):
             raise ValueError(f"delta must be >= 0, got {self.delta}")
 
 
+class Newton(eqx.Module):
+    """Newton's impact law inside the step (004 eq. (3.11)).
+
+    A colliding contact j (see `Poisson` for the detection) takes the normal row
+    0 <= c_n ⊥ n^T (v+ + e_j v) >= 0 with e_j = `system.restitution[j]`, instead of
+    the scheme's own row; its position-level offset is kept only where the contact
+    already penetrates. Other contacts keep the scheme's rows. Energy: with a
+    single frictionless contact the kinetic energy after the impact is e^2 times
+    the normal part before it; with friction it can rise (004 §1.1), see the README.
+
+    Attributes:
+        distance: contacts whose predicted gap f(q) + h n^T v is below this many
+            metres, and that are closing (n^T v < 0), collide in this step
+            (Stewart-Trinkle; Anitescu-Potra uses its own delta when larger).
+    """
+
+    distance: float = eqx.field(static=True, default=1e-6)
+
+
+class Poisson(eqx.Module):
+    """Poisson's impact law: compression, then decompression (000 eq. (27)-(28)).
+
+    At the start of a step the contacts that collide in it (predicted gap
+    f(q) + h n^T v below `distance`, or below the Anitescu-Potra delta) are
+    resolved by two impulsive problems at q with no external force: compression
+    gives v^c and the impulses (c_n^c, beta^c); decompression adds the restitution
+    impulse I_r = e_j n_j c_nj^c + e_T D_j beta_j^c and solves again for v+. The step
+    then proceeds from v+. The impact time is not located: the impact happens at
+    the start of the step in which the contact would close, so its position is off
+    by at most h |n^T v|.
+
+    Attributes:
+        tangential: the tangential restitution e_T (a scalar leaf, >= 0), default 0.
+        expedient: skip the decompression LCP and take v+ = (1 + e) v^c - e v^-
+            (000 §4; per contact: I_r = e_j (n_j c_nj^c + D_j beta_j^c) with the
+            joint rows kept). Never gains kinetic energy for e <= 1.
+        distance: the detection distance, as for `Newton`.
+    """
+
+    tangential: float = 0.0
+    expedient: bool = eqx.field(static=True, default=False)
+    distance: float = eqx.field(static=True, default=1e-6)
+
+    def __check_init__(self):
+        check_value("Poisson tangential restitution", self.tangential, unit_interval=True)
+
+
 class ContactImpulses(eqx.Module):
-    """Per-step contact impulses (h times the average forces over the step).
+    """Per-step impulses (h times the average forces over the step, impacts included).
 
     Attributes:
         normal: (..., nc) normal impulses c_n.
         friction: (..., nc, m) friction impulses in each contact's tangent coordinates.
+        joint: (..., ng) joint constraint impulses (the multipliers of g(q) = 0).
     """
 
     normal: jax.Array
     friction: jax.Array
+    joint: jax.Array
 
 
 class StepStats(eqx.Module):
-    """Per-step solver statistics: residual, converged, fallback (Lemke ran), active contacts."""
+    """Per-step solver statistics.
+
+    Attributes:
+        residual: the largest complementarity residual of the step's solves.
+        converged: every solve of the step converged.
+        fallback: the Lemke fallback ran in the step's main solve.
+        active: (nc,) the contacts in the step's LCP.
+        joint_violation: max |g(q+)| after the step (0 without joints).
+    """
 
     residual: jax.Array
     converged: jax.Array
     fallback: jax.Array
     active: jax.Array
+    joint_violation: jax.Array
 
 
 class Trajectory(eqx.Module):
@@ -93,25 +152,45 @@ class Trajectory(eqx.Module):
     stats: StepStats
 
 
+JOINT_PROJECTION_ITERATIONS = 4
+
+
 def _row_mask(active, k):
     """Mask of the LCP rows [c_n, beta, lam] for per-contact activity."""
     return jnp.concatenate([active, jnp.repeat(active, k), active])
 
 
-def _solve_step(system, q, v, F, qhat, h, active, position_level, z0, solver, grad_smoothing):
-    """Build and solve the step's friction LCP with the geometry at qhat."""
+def _lcp(system, qhat, b, **kwargs):
+    """The friction LCP with the geometry and joints at qhat; returns it and U (k, m)."""
     M = system.M(qhat)
-    Gq = system.G(q)
-    f = system.gap(qhat)
-    Jf = system.gap_jacobian(qhat)
-    N = (Jf @ Gq).T
+    N = system.normals(qhat)
     D, U = system.friction_directions(qhat)
-    k = U.shape[0]
-    b = v + h * jnp.linalg.solve(M, F)
-    nc = f.shape[0]
-    bn = (f + Jf @ (q - qhat)) / h if position_level else None
-    prob = friction_lcp(M, N, D, system.mu, (k,) * nc, b, bn=bn, row_active=_row_mask(active, k))
-    sol = solve_lcp(prob.lcp.A, prob.lcp.b, solver=solver, z0=z0, grad_smoothing=grad_smoothing)
+    k, nc = U.shape[0], N.shape[-1]
+    prob = friction_lcp(M, N, D, system.mu, (k,) * nc, b, J=system.constraint_jacobian(qhat).T, **kwargs)
+    return prob, U
+
+
+def _solve(prob, solver, z0=None, grad_smoothing=0.0):
+    return solve_lcp(
+        prob.lcp.A, prob.lcp.b, n_free=prob.lcp.n_free, solver=solver, z0=z0, grad_smoothing=grad_smoothing
+    )
+
+
+def _solve_step(system, q, v, F, qhat, h, active, position_level, z0, solver, grad_smoothing, newton):
+    """Build and solve the step's friction LCP with the geometry at qhat.
+
+    newton: None, or (colliding mask, e n^T v) for the contacts under Newton's law.
+    """
+    Gq = system.G(q)
+    b = v + h * jnp.linalg.solve(system.M(qhat), F)
+    f = system.gap(qhat) + system.gap_jacobian(qhat) @ (q - qhat)
+    bn = f / h if position_level else jnp.zeros_like(f)
+    if newton is not None:
+        colliding, offset = newton
+        bn = jnp.where(colliding, offset + jnp.minimum(f, 0.0) / h if position_level else offset, bn)
+    k = system.friction_directions(qhat)[1].shape[0]
+    prob, U = _lcp(system, qhat, b, bn=bn, row_active=_row_mask(active, k))
+    sol = _solve(prob, solver, z0, grad_smoothing)
     v_next = prob.velocity(sol.z)
     return prob, sol, v_next, system.project_q(q + h * Gq @ v_next), U
 
@@ -128,40 +207,134 @@ def _project(system, q, active, solver):
     return system.project_q(q + system.G(q) @ (MinvN @ sol.z)), sol
 
 
-def step(system, state, z0, *, dt, scheme, solver, grad_smoothing=0.0):
+def project_to_joints(system, q, iterations=JOINT_PROJECTION_ITERATIONS):
+    """q moved back to the joint manifold g(q) = 0 by the smallest M-norm correction (000 §2.5).
+
+    Newton's method on the linearized problem min |dv|_M subject to
+    g(q) + J dv = 0, that is dv = -M^{-1} J^T (J M^{-1} J^T)^{-1} g, q <- q + G dv,
+    for a fixed number of iterations (quadratic convergence from the O(h^2) drift
+    of a step). Identity without joints.
+    """
+    if system.constraints is None:
+        return q
+    for _ in range(iterations):
+        g = system.constraint(q)
+        J = system.constraint_jacobian(q)
+        MinvJt = jnp.linalg.solve(system.M(q), J.T)
+        S = J @ MinvJt
+        ridge = 1e-14 * (1.0 + jnp.trace(S)) * jnp.eye(S.shape[0], dtype=S.dtype)  # redundant joints
+        q = system.project_q(q - system.G(q) @ (MinvJt @ jnp.linalg.solve(S + ridge, g)))
+    return q
+
+
+def _impact_window(scheme, law):
+    if isinstance(scheme, AnitescuPotra):
+        return max(scheme.delta, law.distance)
+    return law.distance
+
+
+def colliding_contacts(system, t, q, v, *, dt, scheme, law):
+    """(nc,) bool: the contacts that collide in the step from (t, q, v).
+
+    A contact collides when it is closing (n^T v < 0) and its predicted gap
+    f(q) + h n^T v_free is below the window, where v_free = v + h M^{-1} F is the
+    velocity the step would reach without contact forces. Also returns the
+    contacts taking part in the impact (predicted gap below the window, closing or
+    not) and n^T v.
+    """
+    N = system.normals(q)
+    vn = N.T @ v
+    free = v + dt * jnp.linalg.solve(system.M(q), system.generalized_force(t, q, v))
+    predicted = system.gap(q) + dt * (N.T @ free)
+    touching = (predicted < _impact_window(scheme, law)) & system.active(q)
+    return touching & (vn < 0), touching, vn
+
+
+def resolve_impact(system, t, q, v, *, dt, scheme, law, solver):
+    """Poisson's impact at (t, q, v): returns (v+, v^c, impulses (c_n, beta, c_g), residual, converged).
+
+    Compression (000 eq. (27)) and decompression (eq. (28)) on the contacts whose
+    predicted gap is below the window; no external force acts during the impact.
+    """
+    _, touching, _ = colliding_contacts(system, t, q, v, dt=dt, scheme=scheme, law=law)
+    k = system.friction_directions(q)[1].shape[0]
+    comp, _ = _lcp(system, q, v, row_active=_row_mask(touching, k))
+    sol_c = _solve(comp, solver)
+    v_c = comp.velocity(sol_c.z)
+    c_n, beta, _ = comp.split(sol_c.z)
+    e = system.epsilon
+    e_t = jnp.repeat(e if law.expedient else jnp.broadcast_to(law.tangential, e.shape), k)
+    I_r = comp.N @ (e * c_n) + comp.D @ (e_t * beta)
+    decompress = touching & (not law.expedient)
+    decomp, _ = _lcp(system, q, v_c + jnp.linalg.solve(comp.M, I_r), row_active=_row_mask(decompress, k))
+    sol_d = _solve(decomp, solver)
+    v_plus = decomp.velocity(sol_d.z)
+    c_n_d, beta_d, _ = decomp.split(sol_d.z)
+    impulses = ((1 + e) * c_n + c_n_d, beta + e_t * beta + beta_d, comp.joint(sol_c.z) + decomp.joint(sol_d.z))
+    residual = jnp.maximum(sol_c.residual, sol_d.residual)
+    return v_plus, v_c, impulses, residual, sol_c.converged & sol_d.converged
+
+
+def step(system, state, z0, *, dt, scheme, solver, grad_smoothing=0.0, restitution=None, project=True):
     """One time step: returns (next state, LCP solution z, impulses, stats).
 
-    The stats cover every complementarity solve of the step (the drift projection's too).
+    The stats cover every complementarity solve of the step (impacts and the
+    drift projection too).
     """
     t, q, v = state.t, state.q, state.v
     projection = None
+    newton = None
+    residual, converged = jnp.zeros((), q.dtype), jnp.ones((), bool)
+    nc, ng = system.mu.shape[-1], system.constraint(q).shape[0]
+    k = system.friction_directions(q)[1].shape[0]
+    extra = (jnp.zeros((nc,), q.dtype), jnp.zeros((nc * k,), q.dtype), jnp.zeros((ng,), q.dtype))
+    if isinstance(restitution, Poisson):
+        v, _, extra, residual, converged = resolve_impact(
+            system, t, q, v, dt=dt, scheme=scheme, law=restitution, solver=solver
+        )
+    elif isinstance(restitution, Newton):
+        colliding, _, vn = colliding_contacts(system, t, q, v, dt=dt, scheme=scheme, law=restitution)
+        newton = (colliding, system.epsilon * vn)
+    elif restitution is not None:
+        raise TypeError(f"restitution must be None, jaxrbd.Newton() or jaxrbd.Poisson(), got {restitution!r}")
     F = system.generalized_force(t, q, v)
     predicted = system.gap(q + dt * system.G(q) @ v)
     geometric = system.active(q)
     if isinstance(scheme, AnitescuPotra):
         active = (predicted < scheme.delta) & geometric
-        prob, sol, v_next, q_next, U = _solve_step(system, q, v, F, q, dt, active, False, z0, solver, grad_smoothing)
+        prob, sol, v_next, q_next, U = _solve_step(
+            system, q, v, F, q, dt, active, False, z0, solver, grad_smoothing, newton
+        )
         if scheme.project:
             q_next, projection = _project(system, q_next, active, solver)
     elif isinstance(scheme, StewartTrinkle):
         active = geometric if scheme.delta is None else (predicted < scheme.delta) & geometric
-        prob, sol, v_next, q_next, U = _solve_step(system, q, v, F, q, dt, active, True, z0, solver, grad_smoothing)
+        prob, sol, v_next, q_next, U = _solve_step(
+            system, q, v, F, q, dt, active, True, z0, solver, grad_smoothing, newton
+        )
         for _ in range(scheme.fixed_point_iterations):
             qhat = q_next
             F_hat = system.generalized_force(t, qhat, v)
             prob, sol, v_next, q_next, U = _solve_step(
-                system, q, v, F_hat, qhat, dt, active, True, sol.z, solver, grad_smoothing
+                system, q, v, F_hat, qhat, dt, active, True, sol.z, solver, grad_smoothing, newton
             )
     else:
         raise TypeError(f"scheme must be StewartTrinkle or AnitescuPotra, got {type(scheme).__name__}")
+    if project:
+        q_next = project_to_joints(system, q_next)
     c_n, beta, _ = prob.split(sol.z)
-    friction = beta.reshape(c_n.shape[0], U.shape[0]) @ U
-    impulses = ContactImpulses(normal=c_n, friction=friction)
-    residual, converged = sol.residual, sol.converged
+    beta = beta + extra[1]
+    friction = beta.reshape(nc, U.shape[0]) @ U
+    impulses = ContactImpulses(normal=c_n + extra[0], friction=friction, joint=prob.joint(sol.z) + extra[2])
+    residual = jnp.maximum(residual, sol.residual)
+    converged = converged & sol.converged
     if projection is not None:
         residual = jnp.maximum(residual, projection.residual)
         converged = converged & projection.converged
-    stats = StepStats(residual=residual, converged=converged, fallback=sol.fallback, active=active)
+    violation = jnp.max(jnp.abs(system.constraint(q_next)), initial=0.0)
+    stats = StepStats(
+        residual=residual, converged=converged, fallback=sol.fallback, active=active, joint_violation=violation
+    )
     return State(t + dt, q_next, v_next), sol.z, impulses, stats
 
 
@@ -174,7 +347,9 @@ def _check_options(dt, steps):
             raise ValueError(f"dt must be a finite scalar > 0, got {dt!r}")
 
 
-def simulate(system, state, *, dt, steps, scheme=None, solver=None, grad_smoothing=0.0):
+def simulate(
+    system, state, *, dt, steps, scheme=None, solver=None, grad_smoothing=0.0, restitution=None, project_joints=True
+):
     """Roll the system forward `steps` steps of size `dt` in a `lax.scan`.
 
     The LCP solution of each step warm-starts the next. The rollout is `jit`-,
@@ -189,24 +364,35 @@ def simulate(system, state, *, dt, steps, scheme=None, solver=None, grad_smoothi
         scheme: `StewartTrinkle()` (default) or `AnitescuPotra(...)`.
         solver: complementarity solver; default `SemismoothNewton()`.
         grad_smoothing: passed to `solve_lcp` for the backward pass.
+        restitution: the impact law: None (inelastic, the papers' schemes),
+            `Newton()` or `Poisson(...)`; the coefficients are `system.restitution`.
+        project_joints: move q back to g(q) = 0 after every step and before the
+            first (`project_to_joints`); without it the joints drift.
 
     Returns:
         A `Trajectory`; check `traj.stats.converged` (every step reports its residual).
     """
     _check_options(dt, steps)
     check_system(system, state)
+    if restitution is not None and not isinstance(restitution, (Newton, Poisson)):
+        raise TypeError(f"restitution must be None, jaxrbd.Newton() or jaxrbd.Poisson(), got {restitution!r}")
     scheme = StewartTrinkle() if scheme is None else scheme
     solver = SemismoothNewton() if solver is None else solver
     dtype = jnp.result_type(state.q, state.v, float)
     state = State(jnp.asarray(state.t, dtype), jnp.asarray(state.q, dtype), jnp.asarray(state.v, dtype))
+    if project_joints:
+        state = State(state.t, project_to_joints(system, state.q), state.v)
     _, U = system.friction_directions(state.q)
-    z0 = jnp.zeros(system.mu.shape[-1] * (U.shape[0] + 2), dtype)
+    ng = system.constraint(state.q).shape[0]
+    z0 = jnp.zeros(ng + system.mu.shape[-1] * (U.shape[0] + 2), dtype)
+    options = dict(
+        dt=dt, scheme=scheme, solver=solver, grad_smoothing=grad_smoothing, restitution=restitution,
+        project=project_joints,
+    )
 
     def body(carry, _):
         state, z = carry
-        state, z, impulses, stats = step(
-            system, state, z, dt=dt, scheme=scheme, solver=solver, grad_smoothing=grad_smoothing
-        )
+        state, z, impulses, stats = step(system, state, z, **options)
         return (state, z), (state, impulses, stats)
 
     _, (states, impulses, stats) = jax.lax.scan(body, (state, z0), None, length=steps)
