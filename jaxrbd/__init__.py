@@ -25,9 +25,9 @@ from .model import Scene as Scene
 from .model import State as State
 from .model import System as System
 from .stepping import AnitescuPotra as AnitescuPotra
+from .stepping import ContactImpulses as ContactImpulses
 from .stepping import Newton as Newton
 from .stepping import Poisson as Poisson
-from .stepping import ContactImpulses as ContactImpulses
 from .stepping import StepStats as StepStats
 from .stepping import StewartTrinkle as StewartTrinkle
 from .stepping import Trajectory as Trajectory

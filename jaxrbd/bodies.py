@@ -618,7 +618,9 @@ class SceneBuilder:
             raise ValueError(f"joint {name!r}: a must name a moving body, got {a!r}; moving bodies: {moving}")
         b = "world" if b is None else b
         if b != "world" and b not in moving:
-            raise ValueError(f"joint {name!r}: b must name a moving body or 'world', got {b!r}; moving bodies: {moving}")
+            raise ValueError(
+                f"joint {name!r}: b must name a moving body or 'world', got {b!r}; moving bodies: {moving}"
+            )
         if a == b:
             raise ValueError(f"joint {name!r}: a and b are the same body {a!r}")
         d = self.dim

@@ -12,9 +12,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import _rotation as rot
 from ._validate import as_float as _float
 from ._validate import check_value as _check
-from . import _rotation as rot
 from .bodies import SceneBuilder
 from .geometry import Box, Capsule, Plane, Sphere
 from .model import Scene, State, System
@@ -409,5 +409,7 @@ def chain(links=5, *, link_length=0.2, radius=0.02, mass=0.1, mu=0.5, height=0.0
             orientation=along_x,
         )
     for i, (a, c) in enumerate(zip(names, names[1:])):
-        b.add_joint(f"joint{i}", "ball", a, c, anchor_a=jnp.stack([0.0, 0.0, half]), anchor_b=jnp.stack([0.0, 0.0, -half]))
+        b.add_joint(
+            f"joint{i}", "ball", a, c, anchor_a=jnp.stack([0.0, 0.0, half]), anchor_b=jnp.stack([0.0, 0.0, -half])
+        )
     return b.build()

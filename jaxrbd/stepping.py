@@ -15,8 +15,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._problems import friction_lcp
-from .complementarity import SemismoothNewton, solve_lcp
 from ._validate import check_value
+from .complementarity import SemismoothNewton, solve_lcp
 from .model import State, check_system
 
 
@@ -386,7 +386,11 @@ def simulate(
     ng = system.constraint(state.q).shape[0]
     z0 = jnp.zeros(ng + system.mu.shape[-1] * (U.shape[0] + 2), dtype)
     options = dict(
-        dt=dt, scheme=scheme, solver=solver, grad_smoothing=grad_smoothing, restitution=restitution,
+        dt=dt,
+        scheme=scheme,
+        solver=solver,
+        grad_smoothing=grad_smoothing,
+        restitution=restitution,
         project=project_joints,
     )
 
