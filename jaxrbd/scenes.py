@@ -345,6 +345,7 @@ def pendulum(
     *,
     mass=1.0,
     radius=0.05,
+    inertia=None,
     theta0=0.2,
     omega0=0.0,
     wall=False,
@@ -357,8 +358,9 @@ def pendulum(
 
     The hinge is at (0, 0, length + 1), its axis y; the pendulum swings in the x-z
     plane, theta0 is the initial angle from the downward vertical (towards +x) and
-    omega0 = d theta / dt. The body is a solid ball, so the small-angle period is
-    2 pi sqrt((length^2 + (2/5) radius^2) / (g length)). A floor at z = 0 is never
+    omega0 = d theta / dt. The body is a solid ball (or has the given `inertia`
+    about its centre, J), so the small-angle period is
+    2 pi sqrt((m length^2 + J) / (m g length)), J = (2/5) m radius^2. A floor at z = 0 is never
     reached. With `wall=True` a wall x <= -radius (friction `wall_mu`, restitution
     `restitution`) is touched by the ball when the pendulum hangs vertically: it
     strikes the wall at the bottom of its swing. `joint` is "revolute" (5 rows) or
@@ -376,6 +378,7 @@ def pendulum(
         "bob",
         Sphere(radius),
         mass=mass,
+        inertia=inertia,
         position=pivot + length * jnp.stack([jnp.sin(theta0), 0.0, -jnp.cos(theta0)]),
         orientation=rot.from_axis_angle(jnp.array([0.0, 1.0, 0.0]), -theta0),
         velocity=length * _float(omega0) * jnp.stack([jnp.cos(theta0), 0.0, jnp.sin(theta0)]),

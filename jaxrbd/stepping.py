@@ -66,17 +66,22 @@ class AnitescuPotra(eqx.Module):
 class Newton(eqx.Module):
     """Newton's impact law inside the step (004 eq. (3.11)).
 
-    A colliding contact j (see `Poisson` for the detection) takes the normal row
-    0 <= c_n ⊥ n^T (v+ + e_j v) >= 0 with e_j = `system.restitution[j]`, instead of
-    the scheme's own row; its position-level offset is kept only where the contact
-    already penetrates. Other contacts keep the scheme's rows. Energy: with a
-    single frictionless contact the kinetic energy after the impact is e^2 times
-    the normal part before it; with friction it can rise (004 §1.1), see the README.
+    A contact j collides in the step when it is closing (n^T v < 0) and its
+    predicted gap f(q) + h n^T v_free (v_free: the velocity the step reaches
+    without contact forces) is below `distance` (Anitescu-Potra: below its delta,
+    when larger). It then takes the normal row 0 <= c_n ⊥ n^T (v+ + e_j v) >= 0
+    with e_j = `system.restitution[j]`, instead of the scheme's own row; its
+    position-level offset is kept only where the contact already penetrates.
+    Other contacts keep the scheme's rows. The impact time is not located: the
+    bounce starts in the step in which the contact would close.
+
+    Energy: without friction the normal velocity is reversed and scaled by e, and
+    the kinetic energy does not increase. With friction it can (004 §1.1): when
+    the normal impulse reverses the slip of the contact point, as for a spinning
+    rod striking the table, see the README.
 
     Attributes:
-        distance: contacts whose predicted gap f(q) + h n^T v is below this many
-            metres, and that are closing (n^T v < 0), collide in this step
-            (Stewart-Trinkle; Anitescu-Potra uses its own delta when larger).
+        distance: the detection distance (metres).
     """
 
     distance: float = eqx.field(static=True, default=1e-6)
@@ -85,29 +90,38 @@ class Newton(eqx.Module):
 class Poisson(eqx.Module):
     """Poisson's impact law: compression, then decompression (000 eq. (27)-(28)).
 
-    At the start of a step the contacts that collide in it (predicted gap
-    f(q) + h n^T v below `distance`, or below the Anitescu-Potra delta) are
-    resolved by two impulsive problems at q with no external force: compression
-    gives v^c and the impulses (c_n^c, beta^c); decompression adds the restitution
-    impulse I_r = e_j n_j c_nj^c + e_T D_j beta_j^c and solves again for v+. The step
-    then proceeds from v+. The impact time is not located: the impact happens at
-    the start of the step in which the contact would close, so its position is off
-    by at most h |n^T v|.
+    At the start of a step the contacts that collide in it (see `Newton`) and the
+    contacts touching them are resolved by two impulsive problems at q with no
+    external force: compression (eq. (27), n^T v^c >= 0) gives v^c and the impulses
+    (c_n^c, beta^c); decompression (eq. (28)) adds the restitution impulse
+    I_r = e_j n_j c_nj^c + e_T D_j beta_j^c and solves again for v+. The step then
+    proceeds from v+. The impact time is not located: the impact happens at the
+    start of the step in which the contact would close, so its position is off by
+    at most h |n^T v|.
+
+    Energy: with e_T = e_j (the default) and one e for the contacts of an impact,
+    the kinetic energy never increases across it (for e <= 1): the decompression
+    starts from (1 + e) v^c - e v^-, which never has more kinetic energy than v^-
+    (000 §4), and its own impulses only dissipate. With e_T = 0 (I_r = e c_n^c
+    alone, the simplest reading of 000 eq. (28)) it can gain energy when the
+    normal impulse reverses the slip; see the README.
 
     Attributes:
-        tangential: the tangential restitution e_T (a scalar leaf, >= 0), default 0.
-        expedient: skip the decompression LCP and take v+ = (1 + e) v^c - e v^-
-            (000 §4; per contact: I_r = e_j (n_j c_nj^c + D_j beta_j^c) with the
-            joint rows kept). Never gains kinetic energy for e <= 1.
+        tangential: the tangential restitution e_T in [0, 1] (a scalar leaf); None
+            (default) uses each contact's normal coefficient e_j.
+        expedient: skip the decompression LCP: v+ = v^c + M^{-1} I_r with the joint
+            rows kept, which is (1 + e) v^c - e v^- (000 §4).
         distance: the detection distance, as for `Newton`.
     """
 
-    tangential: float = 0.0
+    tangential: float | None = None
     expedient: bool = eqx.field(static=True, default=False)
     distance: float = eqx.field(static=True, default=1e-6)
 
     def __check_init__(self):
         check_value("Poisson tangential restitution", self.tangential, unit_interval=True)
+        if self.expedient and self.tangential is not None:
+            raise ValueError("Poisson(expedient=True) uses e_T = e: leave tangential=None")
 
 
 class ContactImpulses(eqx.Module):
@@ -263,7 +277,7 @@ def resolve_impact(system, t, q, v, *, dt, scheme, law, solver):
     v_c = comp.velocity(sol_c.z)
     c_n, beta, _ = comp.split(sol_c.z)
     e = system.epsilon
-    e_t = jnp.repeat(e if law.expedient else jnp.broadcast_to(law.tangential, e.shape), k)
+    e_t = jnp.repeat(e if law.tangential is None else jnp.broadcast_to(law.tangential, e.shape), k)
     I_r = comp.N @ (e * c_n) + comp.D @ (e_t * beta)
     decompress = touching & (not law.expedient)
     decomp, _ = _lcp(system, q, v_c + jnp.linalg.solve(comp.M, I_r), row_active=_row_mask(decompress, k))
