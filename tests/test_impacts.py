@@ -125,6 +125,7 @@ ENERGY_SCENES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(ENERGY_SCENES))
 def test_poisson_never_gains_kinetic_energy_across_an_impact(name):
     make, dt, steps = ENERGY_SCENES[name]

@@ -40,6 +40,7 @@ def _swing(h, steps, project):
     )
 
 
+@pytest.mark.slow
 def test_free_pendulum_keeps_its_joint_with_projection_and_drifts_without():
     violation = {}
     for project in (True, False):
