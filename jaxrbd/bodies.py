@@ -653,7 +653,10 @@ class SceneBuilder:
         index["world"] = len(self._bodies)
         model = BodyModel(self.dim, tuple(index)[:-1], (), (), (), ())
         p, R = model.poses(q)
-        pad = lambda x: jnp.concatenate([x, jnp.zeros(3 - x.shape[0], x.dtype)])
+
+        def pad(x):  # planar anchors (x, y) -> (x, y, 0)
+            return jnp.concatenate([x, jnp.zeros(3 - x.shape[0], x.dtype)])
+
         layout, leaves = [], []
         for name, kind, a, b, anchor, anchor_a, anchor_b, axis in self._joints:
             ia, ib = index[a], index[b]

@@ -75,8 +75,9 @@ class Newton(eqx.Module):
     Other contacts keep the scheme's rows. The impact time is not located: the
     bounce starts in the step in which the contact would close.
 
-    Energy: without friction the normal velocity is reversed and scaled by e, and
-    the kinetic energy does not increase. With friction it can (004 §1.1): when
+    Energy: at a single frictionless contact the normal velocity is reversed and
+    scaled by e, and the kinetic energy does not increase. With friction it can
+    (004 §1.1), and so can several simultaneous contacts (untested here): when
     the normal impulse reverses the slip of the contact point, as for a spinning
     rod striking the table, see the README.
 

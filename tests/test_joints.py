@@ -16,7 +16,7 @@ LENGTH, RADIUS = 1.0, 0.05
 
 
 def _exact_period(theta0, length=LENGTH, radius=RADIUS):
-    """The period of the physical pendulum (a solid ball on a hinge) at amplitude theta0: 4 sqrt(I/(m g L)) K(sin(theta0/2))."""
+    """The period of the ball on a hinge at amplitude theta0: 4 sqrt(I / (m g L)) K(sin(theta0 / 2))."""
     a, b = 1.0, math.sqrt(1.0 - math.sin(theta0 / 2) ** 2)
     for _ in range(30):  # arithmetic-geometric mean
         a, b = (a + b) / 2, math.sqrt(a * b)
@@ -43,13 +43,13 @@ def _swing(h, steps, project):
 @pytest.mark.slow
 def test_free_pendulum_keeps_its_joint_with_projection_and_drifts_without():
     violation = {}
+    constraint = rbd.scenes.pendulum(LENGTH, theta0=0.5).system.constraint
     for project in (True, False):
         traj = _swing(1e-3, 10_000, project)(0.5)
         assert bool(traj.stats.converged.all()) and float(traj.stats.residual.max()) <= 1e-8
         violation[project] = float(traj.stats.joint_violation.max())
-        g = jax.vmap(traj_constraint := rbd.scenes.pendulum(LENGTH, theta0=0.5).system.constraint)(traj.q)
+        g = jax.vmap(constraint)(traj.q)
         assert abs(float(jnp.abs(g).max()) - violation[project]) <= 1e-12  # the reported violation is g(q)
-        del traj_constraint
     print(f"10^4 steps, h = 1e-3: max |g(q)| {violation[True]:.1e} with projection, {violation[False]:.1e} without")
     assert violation[True] <= 1e-10
     assert violation[False] > 1e-4
@@ -160,3 +160,28 @@ def test_violated_initial_joint_warns_and_is_projected():
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a joint built from a world anchor holds exactly: no warning
         b2.build()
+
+
+def test_planar_pendulum_period():
+    """A disk on a pin in a planar scene: the same exact period, with the joint's 2 rows."""
+    theta0, h = 0.1, 0.0025
+    b = rbd.SceneBuilder(dim=2)
+    b.add_static("floor", rbd.Plane(normal=(0.0, 1.0, 0.0)))
+    pivot = np.array([0.0, LENGTH + 1.0])
+    b.add_body(
+        "bob",
+        rbd.Sphere(RADIUS),
+        mass=1.0,
+        inertia=0.4 * RADIUS**2,  # the solid ball's, so the exact period is the 3D one
+        position=pivot + LENGTH * np.array([np.sin(theta0), -np.cos(theta0)]),
+        angle=theta0,
+    )
+    b.add_joint("pin", "revolute", "bob", anchor=pivot)
+    scene = b.build()
+    exact = _exact_period(theta0)
+    traj = rbd.simulate(*scene, dt=h, steps=round(2.2 * exact / h))
+    assert bool(traj.stats.converged.all()) and float(traj.stats.joint_violation.max()) <= 1e-10
+    crossings = _crossings(traj.t, traj.q[:, 0])
+    period = crossings[1] - crossings[0]
+    print(f"planar pin, h = {h}: period {period:.6f} s, exact {exact:.6f} s")
+    assert traj.impulses.joint.shape[-1] == 2 and abs(period - exact) <= h
