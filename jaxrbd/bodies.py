@@ -279,6 +279,9 @@ class BodyModel:
             return jnp.stack([c.J_t, c.J_o], 1)
         return c.J_t[:, None]
 
+    def torsions(self, q, params):
+        return self.contacts(q, params).J_r
+
     def active(self, q, params):
         return self.contacts(q, params).active
 
@@ -350,7 +353,7 @@ class BodyModel:
         qb = self._per_body(q, 7)
         return jnp.concatenate([qb[:, :3], rot.normalize(qb[:, 3:])], -1).reshape(q.shape)
 
-    def system(self, params, mu, restitution, directions):
+    def system(self, params, mu, restitution, directions, friction=None):
         """The `System` of this layout with the given leaves."""
         spatial = self.dim == 3
         return System(
@@ -368,6 +371,8 @@ class BodyModel:
             contact_active=None if self.margin == math.inf else self.active,
             restitution=restitution,
             constraints=self.constraints if self.joints else None,
+            torsions=self.torsions if spatial else None,
+            friction=friction,
         )
 
 
@@ -459,13 +464,26 @@ class SceneBuilder:
         mu: friction coefficient of shapes that do not set one.
         restitution: restitution of shapes that do not set one (used by impact laws).
         directions: friction directions per contact in 3D (equally spaced, the
-            first along the contact's t).
+            first along the contact's t) of the default polyhedral cone.
+        friction: the friction cone of every contact (`jaxrbd.cones`), for example
+            `EllipticCone()` or `SoftFingerCone(1, 1, 0.4)`; its scales may be
+            scalars or one per contact. None: `PolyhedralCone(directions)` in 3D,
+            `PlanarCone()` in 2D.
         margin: contacts with a gap above it are masked out of the step.
         collide_bodies: whether moving bodies touch each other by default.
     """
 
     def __init__(
-        self, *, dim=3, gravity=None, mu=0.0, restitution=0.0, directions=8, margin=math.inf, collide_bodies=True
+        self,
+        *,
+        dim=3,
+        gravity=None,
+        mu=0.0,
+        restitution=0.0,
+        directions=8,
+        friction=None,
+        margin=math.inf,
+        collide_bodies=True,
     ):
         if dim not in (2, 3):
             raise ValueError(f"dim must be 2 or 3, got {dim!r}")
@@ -475,7 +493,16 @@ class SceneBuilder:
         check_value("restitution", restitution, unit_interval=True)
         if not margin > 0:
             raise ValueError(f"margin must be > 0, got {margin!r}")
-        self.dim, self.directions, self.margin = dim, directions, float(margin)
+        if friction is not None:
+            if not (hasattr(friction, "build") and hasattr(friction, "dim")):
+                raise TypeError(f"friction must be a jaxrbd.cones cone, got {friction!r}")
+            allowed = (1,) if dim == 2 else (2, 3)
+            if friction.dim not in allowed:
+                raise ValueError(
+                    f"friction: a {dim}D scene needs a cone with {' or '.join(map(str, allowed))} friction "
+                    f"components, got {type(friction).__name__} with {friction.dim}"
+                )
+        self.dim, self.directions, self.margin, self.friction = dim, directions, float(margin), friction
         default = (0.0, 0.0, -GRAVITY) if dim == 3 else (0.0, -GRAVITY, 0.0)
         self.gravity = _vector("gravity", default if gravity is None else gravity, 3)
         self.mu, self.restitution, self.collide_bodies = mu, restitution, collide_bodies
@@ -760,7 +787,7 @@ class SceneBuilder:
             shapes=shapes,
             joints=joint_params,
         )
-        system = model.system(params, jnp.stack(mu), jnp.stack(restitution), self.directions)
+        system = model.system(params, jnp.stack(mu), jnp.stack(restitution), self.directions, self.friction)
         q0 = _project_initial_joints(model, system, q0)
         state = State(as_float(0.0), q0, jnp.concatenate([b.v for b in self._bodies]))
         scene = Scene(system, state, model)

@@ -31,12 +31,6 @@ def _no_force(t, q, v, params):
     return jnp.zeros_like(v)
 
 
-def polygon_directions(k, dtype=jnp.float64):
-    """(k, 2) unit vectors at angles 2 pi i / k: the polyhedral cone of 003 eq. (3) in (t, o)."""
-    angles = 2 * np.pi * np.arange(k) / k
-    return jnp.asarray(np.stack([np.cos(angles), np.sin(angles)], axis=1), dtype)
-
-
 class System(eqx.Module):
     """A mechanical system with unilateral frictional contacts, in generalized coordinates.
 
@@ -56,8 +50,8 @@ class System(eqx.Module):
         external_force: ``(t, q, v, params) -> (nv,)`` generalized external force.
         kinematics: ``(q, params) -> (nq, nv)`` the map G(q) in dq/dt = G(q) v; None
             means G = I (q and v of the same size).
-        directions: number of friction directions per contact: 2 when m = 1 (the
-            exact planar cone, +t and -t), k >= 3 equally spaced when m = 2.
+        directions: with two tangents and no `friction` cone, the number k >= 3 of
+            equally spaced directions of the default `PolyhedralCone(k)`.
         coriolis_force: ``(q, v, params) -> (nv,)`` the Coriolis/centrifugal force in
             closed form (rigid bodies: the gyroscopic term); None derives it from M
             and G by autodiff (`coriolis`).
@@ -70,6 +64,12 @@ class System(eqx.Module):
         constraints: ``(q, params) -> (ng,)`` bilateral joint constraints g(q) = 0
             (000 eq. (15)); their velocity rows J = (dg/dq) G(q) enter the step as
             equality rows. None: no joints.
+        torsions: ``(q, params) -> (nc, nv)`` the relative spin of each contact about
+            its normal (the torsional row J_r), needed by soft-finger cones. None:
+            no torsional friction.
+        friction: the friction cone (`jaxrbd.cones`), a pytree whose scales are
+            array leaves; None uses `PolyhedralCone(directions)` (two tangents) or
+            `PlanarCone()` (one tangent).
     """
 
     params: Any
@@ -86,6 +86,8 @@ class System(eqx.Module):
     contact_active: Callable | None = eqx.field(static=True, default=None)
     restitution: jax.Array | None = None
     constraints: Callable | None = eqx.field(static=True, default=None)
+    torsions: Callable | None = eqx.field(static=True, default=None)
+    friction: Any = None
 
     def G(self, q):
         if self.kinematics is None:
@@ -106,22 +108,15 @@ class System(eqx.Module):
         """(nv, nc) contact normals in velocity space, n_j = G(q)^T grad f_j(q) (000 §5)."""
         return (self.gap_jacobian(q) @ self.G(q)).T
 
-    def friction_directions(self, q):
-        """(nv, nc * k) friction directions d_ji, grouped by contact (003 eq. (3)), and U (k, m).
-
-        With one tangent (m = 1) they are +t and -t; with two, k unit vectors
-        equally spaced in the (t, o) plane.
-        """
-        T = self.tangents(q, self.params)  # (nc, m, nv)
-        U = self.tangent_directions(T.shape[1], q.dtype)  # (k, m)
-        D = jnp.einsum("km,cmv->vck", U, T)
-        return D.reshape(D.shape[0], -1), U
-
-    def tangent_directions(self, m, dtype):
-        """(k, m) the friction directions in each contact's tangent coordinates."""
-        if m == 1:
-            return jnp.array([[1.0], [-1.0]], dtype)
-        return polygon_directions(self.directions, dtype)
+    def contact_rows(self, q, d):
+        """(nc, d, nv) the contact rows along t (d = 1), t and o (d = 2), or t, o and the torsion r (d = 3)."""
+        T = self.tangents(q, self.params)
+        if d == T.shape[1]:
+            return T
+        if d == 3 and T.shape[1] == 2 and self.torsions is not None:
+            return jnp.concatenate([T, self.torsions(q, self.params)[:, None, :]], axis=1)
+        have = f"{T.shape[1]} tangent direction(s)" + (" and torsion" if self.torsions is not None else "")
+        raise ValueError(f"the friction cone needs {d} friction components, but the system has {have}")
 
     def coriolis(self, q, v):
         """k(q, v): the Coriolis and centrifugal generalized force.
@@ -231,6 +226,7 @@ def check_system(system, state):
         g = jax.eval_shape(system.constraint, q).shape
         if len(g) != 1:
             raise ValueError(f"system.constraints returns shape {g}, expected a vector (ng,)")
+    check_value("system.mu", system.mu, nonnegative=True)
     if system.restitution is not None:
         e = jnp.shape(system.restitution)
         if e not in ((), (nc,)):
@@ -239,5 +235,5 @@ def check_system(system, state):
     T = jax.eval_shape(lambda q: system.tangents(q, system.params), q).shape
     if len(T) != 3 or T[0] != nc or T[1] not in (1, 2) or T[2] != v.shape[0]:
         raise ValueError(f"system.tangents returns shape {T}, expected ({nc}, 1 or 2, {v.shape[0]})")
-    if T[1] == 2 and system.directions < 3:
+    if T[1] == 2 and system.friction is None and system.directions < 3:
         raise ValueError(f"system.directions must be >= 3 with two tangent directions, got {system.directions}")

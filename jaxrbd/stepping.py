@@ -1,12 +1,14 @@
 """Time-stepping schemes and the differentiable rollout `simulate`.
 
-Each step solves the friction LCP of 004 §3.2 built from the system at the
+Each step solves the complementarity problem built from the system at the
 current configuration:
 
-    M (v+ - v) = N c_n + D beta + h F(t, q, v),     q+ = q + h G(q) v+,
+    M (v+ - v) = N c_n + T^T c_f + h F(t, q, v),     q+ = q + h G(q) v+,
 
 with the normal rows of the scheme (003 eq. (13)-(20), 000 eq. (7), (14)) and the
-polyhedral friction rows. c_n and beta are impulses (h times the paper's forces).
+rows of the friction cone (`jaxrbd.cones`): the friction LCP of 004 §3.2 for a
+polyhedral cone (c_f = D beta), a mixed NCP for the smooth cones. c_n and c_f are
+impulses (h times the paper's forces).
 """
 
 import equinox as eqx
@@ -14,9 +16,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._problems import friction_lcp
 from ._validate import check_value
-from .complementarity import SemismoothNewton, solve_lcp
+from .complementarity import SemismoothNewton, solve, solve_lcp
+from .cones import PlanarCone, PolyhedralCone, is_cone
 from .model import State, check_system
 
 
@@ -131,11 +133,14 @@ class ContactImpulses(eqx.Module):
     Attributes:
         normal: (..., nc) normal impulses c_n.
         friction: (..., nc, m) friction impulses in each contact's tangent coordinates.
+        moment: (..., nc) frictional moment impulses c_r about the normal (zero
+            unless the cone has torsion: soft-finger and mixed cones).
         joint: (..., ng) joint constraint impulses (the multipliers of g(q) = 0).
     """
 
     normal: jax.Array
     friction: jax.Array
+    moment: jax.Array
     joint: jax.Array
 
 
@@ -170,29 +175,27 @@ class Trajectory(eqx.Module):
 JOINT_PROJECTION_ITERATIONS = 4
 
 
-def _row_mask(active, k):
-    """Mask of the LCP rows [c_n, beta, lam] for per-contact activity."""
-    return jnp.concatenate([active, jnp.repeat(active, k), active])
+def friction_cone(system, q):
+    """The system's friction cone: `system.friction`, or the default for its tangents."""
+    if system.friction is not None:
+        return system.friction
+    m = jax.eval_shape(lambda q: system.tangents(q, system.params), q).shape[1]
+    return PlanarCone() if m == 1 else PolyhedralCone(system.directions)
 
 
-def _lcp(system, qhat, b, **kwargs):
-    """The friction LCP with the geometry and joints at qhat; returns it and U (k, m)."""
-    M = system.M(qhat)
-    N = system.normals(qhat)
-    D, U = system.friction_directions(qhat)
-    k, nc = U.shape[0], N.shape[-1]
-    prob = friction_lcp(M, N, D, system.mu, (k,) * nc, b, J=system.constraint_jacobian(qhat).T, **kwargs)
-    return prob, U
+def _problem(system, cone, qhat, b, **kwargs):
+    """The step's complementarity problem with the geometry and joints at qhat."""
+    M, N = system.M(qhat), system.normals(qhat)
+    T = system.contact_rows(qhat, cone.dim)
+    return cone.build(M, N, T, system.mu, b, J=system.constraint_jacobian(qhat).T, **kwargs)
 
 
 def _solve(prob, solver, z0=None, grad_smoothing=0.0):
-    return solve_lcp(
-        prob.lcp.A, prob.lcp.b, n_free=prob.lcp.n_free, solver=solver, z0=z0, grad_smoothing=grad_smoothing
-    )
+    return solve(prob.problem, solver=solver, z0=z0, grad_smoothing=grad_smoothing)
 
 
-def _solve_step(system, q, v, F, qhat, h, active, position_level, z0, solver, grad_smoothing, newton):
-    """Build and solve the step's friction LCP with the geometry at qhat.
+def _solve_step(system, cone, q, v, F, qhat, h, active, position_level, z0, solver, grad_smoothing, newton):
+    """Build and solve the step's problem with the geometry at qhat.
 
     newton: None, or (colliding mask, e n^T v) for the contacts under Newton's law.
     """
@@ -203,11 +206,10 @@ def _solve_step(system, q, v, F, qhat, h, active, position_level, z0, solver, gr
     if newton is not None:
         colliding, offset = newton
         bn = jnp.where(colliding, offset + jnp.minimum(f, 0.0) / h if position_level else offset, bn)
-    k = system.friction_directions(qhat)[1].shape[0]
-    prob, U = _lcp(system, qhat, b, bn=bn, row_active=_row_mask(active, k))
+    prob = _problem(system, cone, qhat, b, bn=bn, active=active)
     sol = _solve(prob, solver, z0, grad_smoothing)
     v_next = prob.velocity(sol.z)
-    return prob, sol, v_next, system.project_q(q + h * Gq @ v_next), U
+    return prob, sol, v_next, system.project_q(q + h * Gq @ v_next)
 
 
 def _project(system, q, active, solver):
@@ -265,47 +267,52 @@ def colliding_contacts(system, t, q, v, *, dt, scheme, law):
     return touching & (vn < 0), touching, vn
 
 
-def resolve_impact(system, t, q, v, *, dt, scheme, law, solver):
-    """Poisson's impact at (t, q, v): returns (v+, v^c, impulses (c_n, beta, c_g), residual, converged).
+def resolve_impact(system, t, q, v, *, dt, scheme, law, solver, cone=None):
+    """Poisson's impact at (t, q, v): returns (v+, v^c, impulses (c_n, c_f, c_g), residual, converged).
+
+    c_f (nc, d) are the friction impulses in contact coordinates.
 
     Compression (000 eq. (27)) and decompression (eq. (28)) on the contacts whose
     predicted gap is below the window; no external force acts during the impact.
     """
+    cone = friction_cone(system, q) if cone is None else cone
     _, touching, _ = colliding_contacts(system, t, q, v, dt=dt, scheme=scheme, law=law)
-    k = system.friction_directions(q)[1].shape[0]
-    comp, _ = _lcp(system, q, v, row_active=_row_mask(touching, k))
+    comp = _problem(system, cone, q, v, active=touching)
     sol_c = _solve(comp, solver)
     v_c = comp.velocity(sol_c.z)
-    c_n, beta, _ = comp.split(sol_c.z)
+    c_n, c_f = comp.normal(sol_c.z), comp.friction(sol_c.z)
     e = system.epsilon
-    e_t = jnp.repeat(e if law.tangential is None else jnp.broadcast_to(law.tangential, e.shape), k)
-    I_r = comp.N @ (e * c_n) + comp.D @ (e_t * beta)
+    e_t = (e if law.tangential is None else jnp.broadcast_to(law.tangential, e.shape))[:, None]
+    I_r = comp.N @ (e * c_n) + jnp.einsum("cdv,cd->v", comp.T, e_t * c_f)
     decompress = touching & (not law.expedient)
-    decomp, _ = _lcp(system, q, v_c + jnp.linalg.solve(comp.M, I_r), row_active=_row_mask(decompress, k))
+    decomp = _problem(system, cone, q, v_c + jnp.linalg.solve(comp.M, I_r), active=decompress)
     sol_d = _solve(decomp, solver)
     v_plus = decomp.velocity(sol_d.z)
-    c_n_d, beta_d, _ = decomp.split(sol_d.z)
-    impulses = ((1 + e) * c_n + c_n_d, beta + e_t * beta + beta_d, comp.joint(sol_c.z) + decomp.joint(sol_d.z))
+    impulses = (
+        (1 + e) * c_n + decomp.normal(sol_d.z),
+        (1 + e_t) * c_f + decomp.friction(sol_d.z),
+        comp.joint(sol_c.z) + decomp.joint(sol_d.z),
+    )
     residual = jnp.maximum(sol_c.residual, sol_d.residual)
     return v_plus, v_c, impulses, residual, sol_c.converged & sol_d.converged
 
 
-def step(system, state, z0, *, dt, scheme, solver, grad_smoothing=0.0, restitution=None, project=True):
-    """One time step: returns (next state, LCP solution z, impulses, stats).
+def step(system, state, z0, *, dt, scheme, solver, grad_smoothing=0.0, restitution=None, project=True, cone=None):
+    """One time step: returns (next state, solution z, impulses, stats).
 
     The stats cover every complementarity solve of the step (impacts and the
-    drift projection too).
+    drift projection too). cone: the friction cone; None uses `friction_cone`.
     """
     t, q, v = state.t, state.q, state.v
     projection = None
     newton = None
     residual, converged = jnp.zeros((), q.dtype), jnp.ones((), bool)
+    cone = friction_cone(system, q) if cone is None else cone
     nc, ng = system.mu.shape[-1], system.constraint(q).shape[0]
-    k = system.friction_directions(q)[1].shape[0]
-    extra = (jnp.zeros((nc,), q.dtype), jnp.zeros((nc * k,), q.dtype), jnp.zeros((ng,), q.dtype))
+    extra = (jnp.zeros((nc,), q.dtype), jnp.zeros((nc, cone.dim), q.dtype), jnp.zeros((ng,), q.dtype))
     if isinstance(restitution, Poisson):
         v, _, extra, residual, converged = resolve_impact(
-            system, t, q, v, dt=dt, scheme=scheme, law=restitution, solver=solver
+            system, t, q, v, dt=dt, scheme=scheme, law=restitution, solver=solver, cone=cone
         )
     elif isinstance(restitution, Newton):
         colliding, _, vn = colliding_contacts(system, t, q, v, dt=dt, scheme=scheme, law=restitution)
@@ -317,30 +324,31 @@ def step(system, state, z0, *, dt, scheme, solver, grad_smoothing=0.0, restituti
     geometric = system.active(q)
     if isinstance(scheme, AnitescuPotra):
         active = (predicted < scheme.delta) & geometric
-        prob, sol, v_next, q_next, U = _solve_step(
-            system, q, v, F, q, dt, active, False, z0, solver, grad_smoothing, newton
+        prob, sol, v_next, q_next = _solve_step(
+            system, cone, q, v, F, q, dt, active, False, z0, solver, grad_smoothing, newton
         )
         if scheme.project:
             q_next, projection = _project(system, q_next, active, solver)
     elif isinstance(scheme, StewartTrinkle):
         active = geometric if scheme.delta is None else (predicted < scheme.delta) & geometric
-        prob, sol, v_next, q_next, U = _solve_step(
-            system, q, v, F, q, dt, active, True, z0, solver, grad_smoothing, newton
+        prob, sol, v_next, q_next = _solve_step(
+            system, cone, q, v, F, q, dt, active, True, z0, solver, grad_smoothing, newton
         )
         for _ in range(scheme.fixed_point_iterations):
             qhat = q_next
             F_hat = system.generalized_force(t, qhat, v)
-            prob, sol, v_next, q_next, U = _solve_step(
-                system, q, v, F_hat, qhat, dt, active, True, sol.z, solver, grad_smoothing, newton
+            prob, sol, v_next, q_next = _solve_step(
+                system, cone, q, v, F_hat, qhat, dt, active, True, sol.z, solver, grad_smoothing, newton
             )
     else:
         raise TypeError(f"scheme must be StewartTrinkle or AnitescuPotra, got {type(scheme).__name__}")
     if project:
         q_next = project_to_joints(system, q_next)
-    c_n, beta, _ = prob.split(sol.z)
-    beta = beta + extra[1]
-    friction = beta.reshape(nc, U.shape[0]) @ U
-    impulses = ContactImpulses(normal=c_n + extra[0], friction=friction, joint=prob.joint(sol.z) + extra[2])
+    c_f = prob.friction(sol.z) + extra[1]
+    moment = c_f[:, 2] if cone.dim == 3 else jnp.zeros((nc,), q.dtype)
+    impulses = ContactImpulses(
+        normal=prob.normal(sol.z) + extra[0], friction=c_f[:, :2], moment=moment, joint=prob.joint(sol.z) + extra[2]
+    )
     residual = jnp.maximum(residual, sol.residual)
     converged = converged & sol.converged
     if projection is not None:
@@ -363,7 +371,17 @@ def _check_options(dt, steps):
 
 
 def simulate(
-    system, state, *, dt, steps, scheme=None, solver=None, grad_smoothing=0.0, restitution=None, project_joints=True
+    system,
+    state,
+    *,
+    dt,
+    steps,
+    scheme=None,
+    solver=None,
+    friction=None,
+    grad_smoothing=0.0,
+    restitution=None,
+    project_joints=True,
 ):
     """Roll the system forward `steps` steps of size `dt` in a `lax.scan`.
 
@@ -378,6 +396,8 @@ def simulate(
         steps: number of steps (static int >= 1).
         scheme: `StewartTrinkle()` (default) or `AnitescuPotra(...)`.
         solver: complementarity solver; default `SemismoothNewton()`.
+        friction: the friction cone (`jaxrbd.cones`); None uses `system.friction`
+            or, without one, the polyhedral (or planar) default.
         grad_smoothing: passed to `solve_lcp` for the backward pass.
         restitution: the impact law: None (inelastic, the papers' schemes),
             `Newton()` or `Poisson(...)`; the coefficients are `system.restitution`.
@@ -397,10 +417,14 @@ def simulate(
     state = State(jnp.asarray(state.t, dtype), jnp.asarray(state.q, dtype), jnp.asarray(state.v, dtype))
     if project_joints:
         state = State(state.t, project_to_joints(system, state.q), state.v)
-    _, U = system.friction_directions(state.q)
-    ng = system.constraint(state.q).shape[0]
-    z0 = jnp.zeros(ng + system.mu.shape[-1] * (U.shape[0] + 2), dtype)
+    if friction is not None and not is_cone(friction):
+        raise TypeError(f"friction must be a jaxrbd.cones cone, got {friction!r}")
+    cone = friction_cone(system, state.q) if friction is None else friction
+    jax.eval_shape(lambda q: system.contact_rows(q, cone.dim), state.q)  # a clear error on a mismatch
+    ng = jax.eval_shape(system.constraint, state.q).shape[0]
+    z0 = jnp.zeros(cone.size(system.mu.shape[-1], ng), dtype)
     options = dict(
+        cone=cone,
         dt=dt,
         scheme=scheme,
         solver=solver,

@@ -47,6 +47,7 @@ def test_rod_normals_and_friction_directions():
     q = state.q
     half, c, s = 0.25, jnp.cos(q[2]), jnp.sin(q[2])
     np.testing.assert_allclose(system.normals(q), jnp.array([[0, 0], [1, 1], [half * c, -half * c]]), atol=1e-15)
-    D, U = system.friction_directions(q)
+    prob = rbd.cones.PlanarCone().build(system.M(q), system.normals(q), system.contact_rows(q, 1), system.mu, q)
+    D = prob.lcp.D
     t_plus, t_minus = jnp.array([1, 0, -half * s]), jnp.array([1, 0, half * s])
     np.testing.assert_allclose(D, jnp.stack([t_plus, -t_plus, t_minus, -t_minus], axis=1), atol=1e-15)

@@ -1,0 +1,231 @@
+"""Polyhedral friction cones: the LCP of 004 §3.2 with any set of directions (000 eq. (6), 002 eq. (5)-(6))."""
+
+import itertools
+import math
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._problems import friction_lcp
+from ._base import check_scale, contact_scale
+
+
+def polygon_directions(k):
+    """(k, 2) unit vectors at the angles 2 pi i / k: the polyhedral cone of 003 eq. (3) in (t, o)."""
+    angles = 2 * np.pi * np.arange(k) / k
+    return np.stack([np.cos(angles), np.sin(angles)], axis=1)
+
+
+# 002 eq. (5) lists 20 generalized directions for the spinning sphere: in (t, o, r)
+# coordinates they are points of the ellipsoid c_t^2 + c_o^2 + c_r^2 / e_r^2 = 1 with
+# e_r = 0.4. In normalized coordinates (c / e) they are unit vectors: 8 on the
+# equator (every 45 degrees), two rings of 5 (every 72 degrees) at the elevation
+# whose normalized torsion is 0.3227 / 0.4, and the two poles (pure torsion).
+_EQ5_RING_SIN = 0.3227 / 0.4
+# 002 eq. (6): 3 directions (every 120 degrees) at each of the torsion levels
+# +-0.3504 / 0.4; none of them is pure torsion.
+_EQ6_RING_SIN = 0.3504 / 0.4
+
+
+def _ring(count, sin_elevation, sign):
+    cos_e = math.sqrt(1.0 - sin_elevation**2)
+    angles = 2 * np.pi * np.arange(count) / count
+    return np.stack(
+        [cos_e * np.cos(angles), cos_e * np.sin(angles), np.full(count, sign * sin_elevation)], axis=1
+    )
+
+
+def soft_finger_directions(which):
+    """The soft-finger direction sets of 002, as unit vectors in normalized (t/e_t, o/e_o, r/e_r) coordinates.
+
+    Args:
+        which: "eq5" for the 20 directions of 002 eq. (5), which contain pure
+            torsion (the LCP of one contact has 1 + 20 + 1 = 22 rows, the size
+            the paper quotes), or "eq6" for the 6 directions of 002 eq. (6), none
+            of which is pure torsion.
+
+    Returns:
+        (k, 3) numpy array.
+    """
+    if which == "eq5":
+        equator = np.concatenate([polygon_directions(8), np.zeros((8, 1))], axis=1)
+        poles = np.array([[0.0, 0.0, 1.0], [0.0, 0.0, -1.0]])
+        return np.concatenate([equator, _ring(5, _EQ5_RING_SIN, 1.0), _ring(5, _EQ5_RING_SIN, -1.0), poles])
+    if which == "eq6":
+        return np.concatenate([_ring(3, _EQ6_RING_SIN, 1.0), _ring(3, _EQ6_RING_SIN, -1.0)])
+    raise ValueError(f"which must be 'eq5' or 'eq6', got {which!r}")
+
+
+def check_positive_span(name, U):
+    """ValueError unless the rows of U (k, d) positively span R^d.
+
+    They do iff no y != 0 has u_i . y <= 0 for every i. If such a y exists, one
+    lies on an extreme ray of the cone {y : U y <= 0}, where d - 1 independent
+    constraints are active; so it suffices to test the null vectors of every
+    (d - 1)-subset of the rows (and the rank).
+    """
+    k, d = U.shape
+    if np.linalg.matrix_rank(U) < d:
+        raise ValueError(f"{name}: the {k} directions do not span the {d}-dimensional friction space")
+    tol = 1e-12 * max(1.0, float(np.max(np.abs(U))))
+    for rows in itertools.combinations(range(k), d - 1):
+        if d == 1:
+            y = np.ones(1)
+        else:
+            sub = U[list(rows)]
+            if np.linalg.matrix_rank(sub) < d - 1:
+                continue  # a dependent subset fixes no ray
+            y = np.linalg.svd(sub)[2][-1]
+        for s in (y, -y):
+            if np.all(U @ s <= tol):
+                raise ValueError(
+                    f"{name}: the directions do not positively span the friction space; "
+                    f"none has a positive component along {np.round(s, 6).tolist()}"
+                )
+
+
+class _Frozen:
+    """A hashable wrapper of a numpy array (a static field compared by value)."""
+
+    def __init__(self, array):
+        self.array = np.array(array, dtype=np.float64)
+        self.array.setflags(write=False)
+
+    def __hash__(self):
+        return hash((self.array.shape, self.array.tobytes()))
+
+    def __eq__(self, other):
+        return isinstance(other, _Frozen) and np.array_equal(self.array, other.array)
+
+    def __repr__(self):
+        return f"{self.array.shape[0]} directions in {self.array.shape[1]}D"
+
+
+class PolyhedralProblem(eqx.Module):
+    """The polyhedral-cone step problem: a `FrictionLCP` and the map from beta to contact coordinates.
+
+    Attributes:
+        lcp: the `FrictionLCP` (z = [c_g, c_n, beta, lam]).
+        U: (k, d) the directions, in normalized contact coordinates.
+        scale: (nc, d) per-contact scales (e_t, e_o[, e_r]).
+        T: (nc, d, nv) the contact rows in the directions t, o (, r).
+    """
+
+    lcp: object
+    U: jax.Array
+    scale: jax.Array
+    T: jax.Array
+
+    @property
+    def problem(self):
+        return self.lcp.lcp
+
+    @property
+    def M(self):
+        return self.lcp.M
+
+    @property
+    def N(self):
+        return self.lcp.N
+
+    def normal(self, z):
+        return self.lcp.split(z)[0]
+
+    def friction(self, z):
+        """(nc, d) the friction impulses in contact coordinates (t, o[, r])."""
+        beta = self.lcp.split(z)[1].reshape(self.T.shape[0], self.U.shape[0])
+        return (beta @ self.U) * self.scale
+
+    def joint(self, z):
+        return self.lcp.joint(z)
+
+    def impulse(self, z):
+        return self.lcp.impulse(z)
+
+    def velocity(self, z):
+        return self.lcp.velocity(z)
+
+
+class PolyhedralCone(eqx.Module):
+    """The polyhedral friction cone {D beta : beta >= 0, sum beta <= mu c_n} (000 eq. (6), 003 eq. (3)).
+
+    The friction impulse of a contact in its coordinates (t, o[, r]) is
+    sum_i beta_i e * u_i: the directions u_i (unit vectors in normalized
+    coordinates) are stretched by the scales e = (e_t, e_o[, e_r]), so the cone
+    is inscribed in the ellipse c_t^2/e_t^2 + c_o^2/e_o^2 <= mu^2 c_n^2 (or the
+    soft-finger ellipsoid, 002 eq. (1)). The step is an LCP (004 §3.2), solved
+    by the semismooth Newton solver with its Lemke fallback.
+
+    Args:
+        k: the number of directions equally spaced in (t, o), the first along t
+            (>= 3); ignored when `directions` is given.
+        directions: optional (k, d) array of directions in normalized contact
+            coordinates, d = 1 (t only, planar), 2 (t, o) or 3 (t, o and the
+            torsion r about the normal: polyhedral soft-finger contact). They must
+            positively span the friction space.
+        e_t, e_o, e_r: positive scales (scalars or one per contact) of the
+            anisotropic cone; e_r only with d = 3.
+    """
+
+    directions: _Frozen = eqx.field(static=True)
+    e_t: jax.Array
+    e_o: jax.Array
+    e_r: jax.Array
+
+    def __init__(self, k=8, *, directions=None, e_t=1.0, e_o=1.0, e_r=1.0):
+        if directions is None:
+            if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 3:
+                raise ValueError(f"PolyhedralCone: k must be an integer >= 3 for a 2D friction plane, got {k!r}")
+            U = polygon_directions(int(k))
+        else:
+            U = np.asarray(directions, dtype=np.float64)
+            if U.ndim != 2 or U.shape[1] not in (1, 2, 3):
+                raise ValueError(f"PolyhedralCone: directions must have shape (k, 1 | 2 | 3), got {U.shape}")
+            if U.shape[1] == 2 and U.shape[0] < 3:
+                raise ValueError(f"PolyhedralCone: a 2D friction plane needs >= 3 directions, got {U.shape[0]}")
+            if not np.all(np.isfinite(U)):
+                raise ValueError("PolyhedralCone: directions must be finite")
+            check_positive_span("PolyhedralCone directions", U)
+        self.directions = _Frozen(U)
+        self.e_t = check_scale("e_t", e_t)
+        self.e_o = check_scale("e_o", e_o)
+        self.e_r = check_scale("e_r", e_r)
+
+    @property
+    def U(self):
+        return self.directions.array
+
+    @property
+    def dim(self):
+        """The number of friction components: 1 (t), 2 (t, o) or 3 (t, o, r)."""
+        return self.U.shape[1]
+
+    @property
+    def k(self):
+        return self.U.shape[0]
+
+    def size(self, nc, ng):
+        """The length of z for nc contacts and ng joint rows."""
+        return ng + nc * (self.k + 2)
+
+    def build(self, M, N, T, mu, b, *, bn=None, active=None, J=None, bj=None):
+        """The step problem from the contact rows; see `jaxrbd.friction_lcp` for the arguments.
+
+        T: (nc, d, nv) the rows t, o (, r) of each contact; active: (nc,) bool.
+        """
+        nc, d = T.shape[0], self.dim
+        scale = contact_scale((self.e_t, self.e_o, self.e_r)[:d], nc, T.dtype)
+        U = jnp.asarray(self.U, T.dtype)
+        D = jnp.einsum("kd,cd,cdv->vck", U, scale, T).reshape(T.shape[-1], nc * self.k)
+        mask = None
+        if active is not None:
+            mask = jnp.concatenate([active, jnp.repeat(active, self.k), active])
+        lcp = friction_lcp(M, N, D, mu, (self.k,) * nc, b, bn=bn, row_active=mask, J=J, bj=bj)
+        return PolyhedralProblem(lcp, U, scale, T)
+
+
+def PlanarCone():
+    """The exact planar cone |c_t| <= mu c_n: the two directions +t and -t (002 §2)."""
+    return PolyhedralCone(directions=np.array([[1.0], [-1.0]]))
