@@ -16,6 +16,7 @@ from . import _rotation as rot
 from ._validate import as_float as _float
 from ._validate import check_value as _check
 from .bodies import SceneBuilder
+from .cones import EllipticCone, SoftFingerCone, is_cone, soft_finger_directions
 from .geometry import Box, Capsule, Plane, Sphere
 from .model import Scene, State, System
 
@@ -155,6 +156,7 @@ def four_balls(
     velocity=(1.5, 0.1, 0.0),
     positions=P2_POSITIONS,
     directions=8,
+    friction=None,
     restitution=0.0,
     gravity=GRAVITY,
 ):
@@ -166,7 +168,13 @@ def four_balls(
     ball's (2/5) m r^2; `velocity` is the thrown ball's initial velocity.
     """
     b = SceneBuilder(
-        dim=3, mu=mu, restitution=restitution, directions=directions, gravity=(0.0, 0.0, -gravity), collide_bodies=False
+        dim=3,
+        mu=mu,
+        restitution=restitution,
+        directions=directions,
+        friction=friction,
+        gravity=(0.0, 0.0, -gravity),
+        collide_bodies=False,
     )
     b.add_static("table", Plane())
     mass, radius = jnp.broadcast_to(_float(mass), (4,)), jnp.broadcast_to(_float(radius), (4,))
@@ -207,6 +215,7 @@ def block_on_incline(
     speed=0.0,
     distance=0.0,
     directions=8,
+    friction=None,
     gravity=GRAVITY,
 ):
     """A cube (dim=3: four corner contacts) or a planar box (dim=2: two) resting on an incline.
@@ -226,6 +235,7 @@ def block_on_incline(
         speed: initial velocity along the slope (positive uphill).
         distance: initial position of the centre along the slope.
         directions: friction directions per contact (3D).
+        friction: the friction cone (3D; default `PolyhedralCone(directions)`).
     """
     _check("heading", heading)
     _check("speed", speed)
@@ -247,7 +257,7 @@ def block_on_incline(
         )
         return b.build()
     uphill, n = _incline(angle, heading)
-    b = SceneBuilder(dim=3, mu=mu, directions=directions, gravity=(0.0, 0.0, -gravity))
+    b = SceneBuilder(dim=3, mu=mu, directions=directions, friction=friction, gravity=(0.0, 0.0, -gravity))
     b.add_static("incline", Plane(n))
     # The box frame: z along n, x along the slope line.
     tilt = rot.from_axis_angle(jnp.array([0.0, 1.0, 0.0]), -_float(angle))
@@ -263,13 +273,13 @@ def block_on_incline(
     return b.build()
 
 
-def rolling_ball(v0=1.0, mu=0.3, *, mass=1.0, radius=0.1, directions=8, gravity=GRAVITY):
+def rolling_ball(v0=1.0, mu=0.3, *, mass=1.0, radius=0.1, directions=8, friction=None, gravity=GRAVITY):
     """A ball launched sliding along +x at speed v0 without spin, on the table z = 0.
 
     Exact: it slides for 2 v0 / (7 mu g), then rolls at (5/7) v0 (BENCHMARKS.md).
     """
     _check("v0", v0)
-    b = SceneBuilder(dim=3, mu=mu, directions=directions, gravity=(0.0, 0.0, -gravity))
+    b = SceneBuilder(dim=3, mu=mu, directions=directions, friction=friction, gravity=(0.0, 0.0, -gravity))
     b.add_static("table", Plane())
     b.add_body(
         "ball",
@@ -415,4 +425,89 @@ def chain(links=5, *, link_length=0.2, radius=0.02, mass=0.1, mu=0.5, height=0.0
         b.add_joint(
             f"joint{i}", "ball", a, c, anchor_a=jnp.stack([0.0, 0.0, half]), anchor_b=jnp.stack([0.0, 0.0, -half])
         )
+    return b.build()
+
+
+# ---------------------------------------------------------------------------------------------
+# Soft-finger and anisotropic friction (002 §4, issue 5).
+
+
+def _soft_finger(friction, e_r):
+    """The cone of the 002 problems: "exact" (default), "eq5", "eq6" or a cone object."""
+    if friction is None or friction == "exact":
+        return SoftFingerCone(1.0, 1.0, e_r)
+    if isinstance(friction, str):
+        return SoftFingerCone(1.0, 1.0, e_r, directions=soft_finger_directions(friction))
+    if not is_cone(friction):
+        raise TypeError(f"friction must be 'exact', 'eq5', 'eq6' or a jaxrbd.cones cone, got {friction!r}")
+    return friction
+
+
+def spinning_sphere(mu=0.2, e_r=0.4, *, omega=1.962, mass=1.0, radius=1.0, friction=None, gravity=GRAVITY):
+    """BENCHMARKS.md P3 (002 §4.1-4.2): a solid sphere spinning about the vertical on the plane z = 0.
+
+    Exact with the soft-finger cone (e_t = e_o = 1): the normal impulse per step
+    is m g h, the frictional moment e_r mu m g, so omega_z falls linearly with
+    slope -5 g e_r mu / (2 r^2) (-1.962 for the paper's data, stopping at
+    t = 1.0) and every other velocity component stays 0.
+
+    Args:
+        mu: friction coefficient; e_r: the soft-finger torsion scale (a length).
+        omega: initial spin about z.
+        friction: "exact" (default: `SoftFingerCone(1, 1, e_r)`), "eq5" or "eq6"
+            (the polyhedral direction sets of 002 eq. (5) and (6)), or any cone.
+    """
+    _check("e_r", e_r, positive=True)
+    _check("omega", omega)
+    b = SceneBuilder(dim=3, mu=mu, friction=_soft_finger(friction, e_r), gravity=(0.0, 0.0, -gravity))
+    b.add_static("table", Plane())
+    b.add_body(
+        "ball",
+        Sphere(radius),
+        mass=mass,
+        position=jnp.stack([0.0, 0.0, _float(radius)]),
+        angular_velocity=jnp.stack([0.0, 0.0, _float(omega)]),
+    )
+    return b.build()
+
+
+SEAM_POSITION = (0.0, 6.62105263157895, 8.78417110772903)
+SEAM_FORCE = (1.0, 2.6, -9.81)
+
+
+def sphere_in_seam(mu=0.2, e_r=0.3, *, friction=None, position=SEAM_POSITION, force=SEAM_FORCE):
+    """BENCHMARKS.md P4 (002 §4.3): a unit sphere driven along the seam between two fixed spheres.
+
+    The fixed spheres have radius 10 (centre at the origin) and 9 (centre at
+    (0, 11.4, 0)); the moving sphere (radius 1, mass 1, uniform) starts at rest
+    touching both, and the constant force `force` (no gravity) drives it rolling
+    and sliding along the seam until it leaves it (about t = 3.6 s in the paper).
+    Two contacts. `friction` as for `spinning_sphere` (default: the exact
+    soft-finger cone with e_t = e_o = 1 and e_r).
+    """
+    _check("e_r", e_r, positive=True)
+    b = SceneBuilder(dim=3, mu=mu, friction=_soft_finger(friction, e_r), gravity=(0.0, 0.0, 0.0))
+    b.add_static("big", Sphere(10.0, position=(0.0, 0.0, 0.0)))
+    b.add_static("small", Sphere(9.0, position=(0.0, 11.4, 0.0)))
+    b.add_body("ball", Sphere(1.0), mass=1.0, position=position, force=force)
+    return b.build()
+
+
+def skate(mu_along=0.02, mu_across=0.6, *, velocity=(1.0, 0.0, 0.0), mass=1.0, gravity=GRAVITY):
+    """An ice skate: a blade (a thin box along x) whose friction ellipse is short along it and long across.
+
+    The cone is `EllipticCone(e_t=mu_along, e_o=mu_across)` with mu = 1 on the
+    table z = 0, whose contact frames have t = x and o = y, so sliding along the
+    blade decelerates at mu_along g and sliding across it at mu_across g (exactly,
+    while the blade does not turn). The ellipse is fixed in the contact frame,
+    which for a plane is fixed in the world: a skate that turns keeps the world's
+    axes of friction.
+    """
+    _check("mu_along", mu_along, positive=True)
+    _check("mu_across", mu_across, positive=True)
+    half = jnp.array([0.15, 0.005, 0.02])
+    cone = EllipticCone(e_t=mu_along, e_o=mu_across)
+    b = SceneBuilder(dim=3, mu=1.0, friction=cone, gravity=(0.0, 0.0, -gravity))
+    b.add_static("ice", Plane())
+    b.add_body("skate", Box(half), mass=mass, position=(0.0, 0.0, 0.02), velocity=velocity)
     return b.build()
