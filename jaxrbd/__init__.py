@@ -2,6 +2,7 @@
 
 from . import bodies as bodies
 from . import complementarity as complementarity
+from . import cones as cones
 from . import geometry as geometry
 from . import scenes as scenes
 from ._problems import LCP as LCP
@@ -17,6 +18,11 @@ from .complementarity import SemismoothNewton as SemismoothNewton
 from .complementarity import Status as Status
 from .complementarity import solve_lcp as solve_lcp
 from .complementarity import solve_ncp as solve_ncp
+from .cones import EllipticCone as EllipticCone
+from .cones import MixedCone as MixedCone
+from .cones import PlanarCone as PlanarCone
+from .cones import PolyhedralCone as PolyhedralCone
+from .cones import SoftFingerCone as SoftFingerCone
 from .geometry import Box as Box
 from .geometry import Capsule as Capsule
 from .geometry import Plane as Plane

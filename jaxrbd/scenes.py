@@ -494,7 +494,7 @@ def sphere_in_seam(mu=0.2, e_r=0.3, *, friction=None, position=SEAM_POSITION, fo
 
 
 def skate(mu_along=0.02, mu_across=0.6, *, velocity=(1.0, 0.0, 0.0), mass=1.0, gravity=GRAVITY):
-    """An ice skate: a blade (a thin box along x) whose friction ellipse is short along it and long across.
+    """An ice skate: a low box, long along x (the blade), whose friction ellipse is short along it and long across.
 
     The cone is `EllipticCone(e_t=mu_along, e_o=mu_across)` with mu = 1 on the
     table z = 0, whose contact frames have t = x and o = y, so sliding along the
@@ -505,9 +505,9 @@ def skate(mu_along=0.02, mu_across=0.6, *, velocity=(1.0, 0.0, 0.0), mass=1.0, g
     """
     _check("mu_along", mu_along, positive=True)
     _check("mu_across", mu_across, positive=True)
-    half = jnp.array([0.15, 0.005, 0.02])
+    half = jnp.array([0.15, 0.05, 0.01])  # low and wide, so that sideways friction does not tip it
     cone = EllipticCone(e_t=mu_along, e_o=mu_across)
     b = SceneBuilder(dim=3, mu=1.0, friction=cone, gravity=(0.0, 0.0, -gravity))
     b.add_static("ice", Plane())
-    b.add_body("skate", Box(half), mass=mass, position=(0.0, 0.0, 0.02), velocity=velocity)
+    b.add_body("skate", Box(half), mass=mass, position=(0.0, 0.0, 0.01), velocity=velocity)
     return b.build()

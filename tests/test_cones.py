@@ -1,0 +1,242 @@
+"""Friction cones (issue 5): P3 spinning sphere, elliptic exactness, anisotropy, gradients, bad input.
+
+Exact solutions: the spinning sphere's omega_z falls with slope -5 g e_r mu / (2 r^2)
+(BENCHMARKS.md P3); a block sliding with an elliptic cone decelerates at mu g
+opposite its velocity for every direction; a block sliding at v0 stops after
+v0^2 / (2 mu g).
+"""
+
+import functools
+import math
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxrbd as rbd
+from jaxrbd.cones import EllipticCone, MixedCone, PolyhedralCone, SoftFingerCone, soft_finger_directions
+
+G = 9.81
+RESIDUAL_TOL = 1e-8
+EXACT_RTOL = 1e-8  # the P3 slope (issue 5)
+ELLIPTIC_RTOL = 1e-9  # friction magnitude and anisotropy (issue 5)
+ZERO_TOL = 1e-12  # the velocity components that must stay 0
+FD_RTOL = 1e-4
+P3_SLOPE = 1.962  # 5 g e_r mu / 2 with e_r = 0.4, mu = 0.2, r = 1
+
+
+@functools.partial(jax.jit, static_argnames=("friction", "dt", "steps"))
+def _spin(mu, e_r, *, friction, dt, steps, omega=1.962):
+    scene = rbd.scenes.spinning_sphere(mu, e_r, friction=friction, omega=omega)
+    return rbd.simulate(*scene, dt=dt, steps=steps)
+
+
+@pytest.mark.parametrize("dt", [0.07, 0.01])
+@pytest.mark.parametrize("friction", ["exact", "eq5"])
+def test_p3_spinning_sphere_exact(friction, dt):
+    """002 §4.2: omega_z falls with slope -1.962 and stops in the step containing t = 1.0."""
+    steps = int(round(1.2 / dt)) + 1
+    traj = _spin(0.2, 0.4, friction=friction, dt=dt, steps=steps)
+    w = np.asarray(traj.v[:, 5])
+    t = np.asarray(traj.t)
+    assert np.all(np.asarray(traj.stats.converged))
+    assert float(jnp.max(traj.stats.residual)) <= RESIDUAL_TOL
+    stop = int(np.searchsorted(t, 1.0))  # the step [t[stop - 1], t[stop]] contains t = 1.0
+    np.testing.assert_allclose(w[:stop], P3_SLOPE * (1.0 - t[:stop]), rtol=EXACT_RTOL, atol=1e-14)
+    assert np.max(np.abs(w[stop:])) <= ZERO_TOL
+    assert float(jnp.max(jnp.abs(traj.v[:, :5]))) <= ZERO_TOL
+    np.testing.assert_allclose(traj.impulses.normal[:, 0], G * dt, rtol=1e-12)
+    np.testing.assert_allclose(traj.impulses.moment[: stop - 1, 0], -0.4 * 0.2 * G * dt, rtol=EXACT_RTOL)
+
+
+def test_p3_six_directions_slower():
+    """002 eq. (6): no direction is pure torsion, so the moment is sin(elevation) of the exact one."""
+    traj = _spin(0.2, 0.4, friction="eq6", dt=0.07, steps=18)
+    w = np.asarray(traj.v[:, 5])
+    slope = (w[0] - w[1]) / 0.07
+    ratio = 0.3504 / 0.4  # the normalized torsion of the eq. (6) directions
+    print(f"\neq. (6): slope {slope:.8f} = {slope / P3_SLOPE:.6f} of the exact; stops in step {np.argmax(w <= 0)}")
+    print(f"residual tangential velocity max {float(jnp.max(jnp.abs(traj.v[:, :5]))):.2e}")
+    np.testing.assert_allclose(slope, ratio * P3_SLOPE, rtol=EXACT_RTOL)
+    assert float(jnp.max(traj.stats.residual)) <= RESIDUAL_TOL
+    assert w[-1] == pytest.approx(0.0, abs=ZERO_TOL)
+
+
+def test_mixed_cone_decouples_torsion():
+    """002 example (c): with |c_r| <= e_r mu c_n separate from the ellipse, sliding does not weaken the moment."""
+    scene = rbd.scenes.rolling_ball(v0=1.0, mu=0.3, radius=0.1, friction=MixedCone(1.0, 1.0, 0.05))
+    system, state = scene
+    state = rbd.State(state.t, state.q, state.v.at[5].set(20.0))  # sliding and spinning
+    dt = 0.001
+    mixed = rbd.simulate(system, state, dt=dt, steps=2)
+    coupled = rbd.simulate(system, state, dt=dt, steps=2, friction=SoftFingerCone(1.0, 1.0, 0.05))
+    inertia = 0.4 * 0.1**2
+    dw_mixed = float(mixed.v[1, 5] - mixed.v[0, 5]) / dt
+    dw_coupled = float(coupled.v[1, 5] - coupled.v[0, 5]) / dt
+    np.testing.assert_allclose(dw_mixed, -0.05 * 0.3 * G / inertia, rtol=ELLIPTIC_RTOL)
+    np.testing.assert_allclose(mixed.impulses.friction[0, 0, 0], -0.3 * G * dt, rtol=ELLIPTIC_RTOL)
+    assert abs(dw_coupled) < 0.9 * abs(dw_mixed)  # the ellipsoid shares mu c_n between slip and spin
+    assert float(jnp.max(mixed.stats.residual)) <= RESIDUAL_TOL
+    assert float(jnp.max(coupled.stats.residual)) <= RESIDUAL_TOL
+
+
+@eqx.filter_jit
+def _slide(headings, friction):
+    return jax.vmap(lambda p: _slide_one(p, friction))(headings)
+
+
+def _slide_one(heading, friction):
+    scene = rbd.scenes.block_on_incline(angle=0.0, mu=0.3, speed=1.0, heading=heading, friction=friction)
+    traj = rbd.simulate(*scene, dt=0.01, steps=2)
+    return traj.v[:, :3], traj.stats.residual
+
+
+HEADINGS = jnp.linspace(0.0, 2 * math.pi, 25)[:-1] + 0.01
+
+
+def test_elliptic_cone_is_exact_in_every_direction():
+    """A cube sliding at heading phi feels friction mu N, exactly opposite its velocity, for every phi."""
+    v, residual = _slide(HEADINGS, EllipticCone())
+    force = -(v[:, 1] - v[:, 0]) / 0.01  # per unit mass
+    direction = v[:, 0] / jnp.linalg.norm(v[:, 0], axis=1, keepdims=True)
+    np.testing.assert_allclose(jnp.linalg.norm(force, axis=1), 0.3 * G, rtol=ELLIPTIC_RTOL)
+    np.testing.assert_allclose(force / (0.3 * G), direction, atol=ELLIPTIC_RTOL)
+    assert float(jnp.max(residual)) <= RESIDUAL_TOL
+
+
+def test_polyhedral_cone_bias_in_direction():
+    """PolyhedralCone(8): the friction of a sliding cube is the octagon vertex nearest -v.
+
+    Its magnitude is mu N except where -v bisects two directions (cos(pi/8) mu N
+    there, the edge); the part opposite the velocity is mu N cos(phi - nearest
+    direction), and the rest pushes sideways.
+    """
+    v, residual = _slide(HEADINGS, PolyhedralCone(8))
+    force = -(v[:, 1] - v[:, 0]) / (0.01 * 0.3 * G)
+    direction = v[:, 0] / jnp.linalg.norm(v[:, 0], axis=1, keepdims=True)
+    offset = (np.asarray(HEADINGS) + math.pi / 8) % (math.pi / 4) - math.pi / 8  # to the nearest direction
+    along = np.asarray(jnp.sum(force * direction, axis=1))
+    print("\nphi, |F|/(mu N), F.(-v)/(mu N):")
+    for p, f, a in zip(np.asarray(HEADINGS), np.asarray(jnp.linalg.norm(force, axis=1)), along):
+        print(f"  {p:.3f}  {f:.9f}  {a:.9f}")
+    np.testing.assert_allclose(jnp.linalg.norm(force, axis=1), 1.0, rtol=ELLIPTIC_RTOL)
+    np.testing.assert_allclose(along, np.cos(offset), rtol=ELLIPTIC_RTOL)
+    assert float(jnp.max(residual)) <= RESIDUAL_TOL
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+def test_skate_anisotropy(axis):
+    """The skate decelerates at mu_along g along its blade (x) and mu_across g across it (y)."""
+    velocity = [0.0, 0.0, 0.0]
+    velocity[axis] = 1.0
+    scene = rbd.scenes.skate(mu_along=0.02, mu_across=0.6, velocity=tuple(velocity))
+    traj = rbd.simulate(*scene, dt=0.01, steps=10)
+    decel = -(traj.v[1:, axis] - traj.v[:-1, axis]) / 0.01
+    expected = (0.02, 0.6)[axis] * G
+    np.testing.assert_allclose(decel, expected, rtol=ELLIPTIC_RTOL)
+    assert float(jnp.max(jnp.abs(traj.v[:, 1 - axis]))) <= ZERO_TOL
+    assert float(jnp.max(traj.stats.residual)) <= RESIDUAL_TOL
+
+
+def test_p3_gradient_matches_exact_derivative():
+    """omega_z(0.5) = 1.962 - (5 g e_r mu / 2) 0.5: d/dmu = -(5 g e_r / 2) 0.5, d/de_r = -(5 g mu / 2) 0.5."""
+    f = lambda mu, e_r: _spin(mu, e_r, friction="exact", dt=0.05, steps=10).v[-1, 5]
+    w, (d_mu, d_er) = jax.value_and_grad(f, argnums=(0, 1))(0.2, 0.4)
+    np.testing.assert_allclose(w, 1.962 - 2.5 * G * 0.4 * 0.2 * 0.5, rtol=EXACT_RTOL)
+    np.testing.assert_allclose(d_mu, -2.5 * G * 0.4 * 0.5, rtol=EXACT_RTOL)
+    np.testing.assert_allclose(d_er, -2.5 * G * 0.2 * 0.5, rtol=EXACT_RTOL)
+
+
+@pytest.mark.parametrize("case", ["apex", "zero_slip"])
+def test_smooth_cone_gradients_finite_at_degenerate_points(case):
+    """At the cone apex (a contact with c_n = 0) and at zero slip (sticking), gradients are finite."""
+
+    def final(mu, e_r, lift):
+        scene = rbd.scenes.spinning_sphere(mu, e_r, omega=0.0)
+        system, state = scene
+        state = rbd.State(state.t, state.q.at[2].add(lift), state.v)
+        return rbd.simulate(system, state, dt=0.01, steps=3).q[-1, :3]
+
+    lift = 1e-3 if case == "apex" else 0.0  # apex: touching only in the last step, c_n = 0 before
+    jac = jax.jacrev(final, argnums=(0, 1, 2))(0.2, 0.4, lift)
+    for j in jac:
+        assert np.all(np.isfinite(np.asarray(j)))
+    if case == "zero_slip":  # at rest: nothing moves whatever mu and e_r are
+        np.testing.assert_allclose(jac[0], 0.0, atol=1e-14)
+        np.testing.assert_allclose(jac[1], 0.0, atol=1e-14)
+
+
+def _stop_distance(mu, v0, dt, steps):
+    scene = rbd.scenes.block_on_incline(angle=0.0, mu=mu, speed=v0, friction=EllipticCone())
+    return rbd.simulate(*scene, dt=dt, steps=steps).q[-1, 0]
+
+
+_stop_grad = jax.jit(jax.value_and_grad(_stop_distance, argnums=(0, 1)), static_argnums=(2, 3))
+
+
+def test_stopping_distance_gradients():
+    """d/dmu and d/dv0 of the stopping distance: exact for the scheme, central differences, and O(h) to v0^2/(2 mu g).
+
+    With constant deceleration a = mu g the step gives v_k = v0 - k a h until it
+    sticks in step K = ceil(v0 / (a h)), so the distance is
+    d_h = h sum_{k<K} (v0 - k a h): d d_h/d v0 = (K - 1) h and
+    d d_h/d mu = -g h^2 K (K - 1) / 2, which tend to v0 / (mu g) and
+    -v0^2 / (2 mu^2 g) as h -> 0.
+    """
+    mu, v0 = 0.5, 1.0
+    a = mu * G
+    errors = []
+    for dt, steps in ((0.004, 60), (0.001, 220)):
+        d, (d_mu, d_v0) = _stop_grad(mu, v0, dt, steps)
+        K = math.ceil(v0 / (a * dt))
+        np.testing.assert_allclose(d, dt * sum(v0 - k * a * dt for k in range(1, K)), rtol=ELLIPTIC_RTOL)
+        np.testing.assert_allclose(d_v0, (K - 1) * dt, rtol=ELLIPTIC_RTOL)
+        np.testing.assert_allclose(d_mu, -G * dt**2 * K * (K - 1) / 2, rtol=ELLIPTIC_RTOL)
+        exact = (v0 / a, -(v0**2) / (2 * mu * a))
+        errors.append(max(abs(d_v0 / exact[0] - 1), abs(d_mu / exact[1] - 1)))
+        assert errors[-1] <= 2 * a * dt / v0  # O(h)
+    print(f"\nrelative gradient errors against v0^2/(2 mu g): {errors}")
+    eps = 1e-6
+    d_mu_fd = (_stop_grad(mu + eps, v0, 0.001, 220)[0] - _stop_grad(mu - eps, v0, 0.001, 220)[0]) / (2 * eps)
+    d_v0_fd = (_stop_grad(mu, v0 + eps, 0.001, 220)[0] - _stop_grad(mu, v0 - eps, 0.001, 220)[0]) / (2 * eps)
+    np.testing.assert_allclose(d_mu, d_mu_fd, rtol=FD_RTOL)
+    np.testing.assert_allclose(d_v0, d_v0_fd, rtol=FD_RTOL)
+
+
+# -------------------------------------------------------------------------------------------
+# Bad input
+
+
+@pytest.mark.parametrize(
+    "make, match",
+    [
+        (lambda: EllipticCone(e_t=0.0), "e_t must be > 0"),
+        (lambda: EllipticCone(e_o=-1.0), "e_o must be > 0"),
+        (lambda: SoftFingerCone(1.0, 1.0, 0.0), "e_r must be > 0"),
+        (lambda: MixedCone(1.0, 1.0, -0.1), "e_r must be > 0"),
+        (lambda: PolyhedralCone(2), "k must be an integer >= 3"),
+        (lambda: PolyhedralCone(directions=[[1.0, 0.0], [-1.0, 0.0]]), ">= 3 directions"),
+        (lambda: PolyhedralCone(directions=[[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0]]), "do not positively span"),
+        (lambda: PolyhedralCone(directions=[[1.0], [0.5]]), "do not positively span"),
+        (lambda: SoftFingerCone(directions=soft_finger_directions("eq6")[:3]), "do not positively span"),
+        (lambda: SoftFingerCone(directions=[[1.0, 0.0], [0.0, 1.0], [-1.0, -1.0]]), "shape \\(k, 3\\)"),
+        (lambda: soft_finger_directions("eq7"), "'eq5' or 'eq6'"),
+    ],
+)
+def test_bad_cone_input(make, match):
+    with pytest.raises(ValueError, match=match):
+        make()
+
+
+def test_bad_cone_for_scene():
+    with pytest.raises(ValueError, match="mu must be >= 0"):
+        rbd.scenes.spinning_sphere(mu=-0.1)
+    with pytest.raises(ValueError, match="2 or 3 friction components"):
+        rbd.scenes.rolling_ball(friction=rbd.cones.PlanarCone())
+    system, state = rbd.scenes.falling_rod()
+    with pytest.raises(ValueError, match="needs 3 friction components"):
+        rbd.simulate(system, state, dt=0.01, steps=1, friction=SoftFingerCone())
+    with pytest.raises(TypeError, match="friction must be a jaxrbd.cones cone"):
+        rbd.simulate(system, state, dt=0.01, steps=1, friction="elliptic")
