@@ -9,6 +9,11 @@ def main(argv=None):
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="the falling rod (P1) at four step sizes: event times beside the paper's, plots")
     demo.add_argument("--out", default="out", help="output folder (default: out)")
+    reproduce = sub.add_parser(
+        "reproduce", help="paper problems beside the paper: spinning_sphere (P3), sphere_in_seam (P4) or all"
+    )
+    reproduce.add_argument("name", choices=("spinning_sphere", "sphere_in_seam", "all"))
+    reproduce.add_argument("--out", default="out", help="output folder for the figures (default: out)")
     bench = sub.add_parser("bench", help="print the performance tables: falling-rod rollout, then LCP solvers by size")
     bench.add_argument("--out", default=None, help="also write the table to this JSON file")
     bench.add_argument("--batch", type=int, default=256)
@@ -25,6 +30,10 @@ def main(argv=None):
         from ._demo import run_demo
 
         run_demo(out=args.out)
+    elif args.command == "reproduce":
+        from ._reproduce import run_reproduce
+
+        run_reproduce(args.name, out=args.out)
     elif args.command == "bench":
         from ._bench import main as bench_main
 

@@ -240,3 +240,47 @@ def test_bad_cone_for_scene():
         rbd.simulate(system, state, dt=0.01, steps=1, friction=SoftFingerCone())
     with pytest.raises(TypeError, match="friction must be a jaxrbd.cones cone"):
         rbd.simulate(system, state, dt=0.01, steps=1, friction="elliptic")
+
+
+# -------------------------------------------------------------------------------------------
+# P4: the sphere in the seam (002 §4.3)
+
+
+@pytest.fixture(scope="module")
+def seam():
+    from jaxrbd._reproduce import SEAM_RUNS, seam_run
+
+    return {label: seam_run(iterations, dt) for label, iterations, dt in SEAM_RUNS} | {
+        "nonlinear, h = 0.0012": seam_run(2, 0.0012)
+    }
+
+
+@pytest.mark.slow
+def test_p4_sphere_in_seam(seam):
+    """Nonlinear at h = 0.1: on the surfaces, contact lost for good at ~3.6 s; linearized at h = 0.0012 agrees."""
+    from jaxrbd._reproduce import contact_lost, loaded
+
+    for label, (traj, gaps) in seam.items():
+        assert np.all(np.asarray(traj.stats.converged)), label
+        assert float(jnp.max(traj.stats.residual)) <= RESIDUAL_TOL, label
+        assert float(jnp.min(gaps)) >= -1e-8, label  # the exact gaps are convex: no penetration
+    traj, gaps = seam["nonlinear, h = 0.1"]
+    on = loaded(traj)
+    # The nonlinear scheme keeps the sphere on both surfaces while they push.
+    assert float(np.max(np.where(on, np.asarray(gaps[1:]), 0.0))) <= 1e-8
+    assert abs(contact_lost(traj) - 3.6) <= 0.1 + 1e-9
+    for c in range(2):  # each contact breaks once, for good
+        assert not np.any(on[np.argmin(on[:, c]) :, c]), f"contact {c} comes back"
+    # The linearized scheme at h = 0.1 drifts off the curved surfaces while they still push.
+    lin, lin_gaps = seam["linearized, h = 0.1"]
+    drift = float(np.max(np.where(loaded(lin), np.asarray(lin_gaps[1:]), 0.0)))
+    print(f"\nlinearized h = 0.1: gap under load up to {drift:.4f}; contact lost {contact_lost(lin):.2f}")
+    assert drift > 1e-3
+    # At h = 0.0012 the linearized and nonlinear schemes agree (both converge to the same motion).
+    fine, _ = seam["linearized, h = 0.0012"]
+    nonlinear_fine, _ = seam["nonlinear, h = 0.0012"]
+    for t in (1.0, 2.0, 3.0):
+        i = int(round(t / 0.0012))
+        np.testing.assert_allclose(fine.v[i], nonlinear_fine.v[i], rtol=0.01, atol=0.002)
+    assert abs(contact_lost(fine) - contact_lost(nonlinear_fine)) <= 0.01
+    assert abs(contact_lost(fine) - 3.6) <= 0.15
