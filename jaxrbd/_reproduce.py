@@ -42,7 +42,9 @@ def contact_lost(traj):
 def seam_run(iterations, dt, time=SEAM_TIME):
     """P4: the sphere in the seam, by the linearized (0) or nonlinear (> 0 fixed-point iterations) scheme."""
     scene = scenes.sphere_in_seam()
-    traj = simulate(*scene, dt=dt, steps=int(round(time / dt)), scheme=StewartTrinkle(fixed_point_iterations=iterations))
+    traj = simulate(
+        *scene, dt=dt, steps=int(round(time / dt)), scheme=StewartTrinkle(fixed_point_iterations=iterations)
+    )
     gaps = jax.vmap(scene.system.gap)(traj.q)
     return traj, gaps
 
@@ -79,9 +81,7 @@ def _report_seam(results):
             residual=float(jnp.max(traj.stats.residual)),
         )
         rows.append(row)
-        print(
-            f"{label:>24} {row['lost']:>13.4f} {drift:>19.2e} {row['min_gap']:>10.1e} {row['residual']:>13.1e}"
-        )
+        print(f"{label:>24} {row['lost']:>13.4f} {drift:>19.2e} {row['min_gap']:>10.1e} {row['residual']:>13.1e}")
     return rows
 
 

@@ -14,7 +14,6 @@ from typing import Any
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from ._validate import check_value
 

@@ -32,9 +32,7 @@ _EQ6_RING_SIN = 0.3504 / 0.4
 def _ring(count, sin_elevation, sign):
     cos_e = math.sqrt(1.0 - sin_elevation**2)
     angles = 2 * np.pi * np.arange(count) / count
-    return np.stack(
-        [cos_e * np.cos(angles), cos_e * np.sin(angles), np.full(count, sign * sin_elevation)], axis=1
-    )
+    return np.stack([cos_e * np.cos(angles), cos_e * np.sin(angles), np.full(count, sign * sin_elevation)], axis=1)
 
 
 def soft_finger_directions(which):
