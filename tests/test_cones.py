@@ -284,3 +284,20 @@ def test_p4_sphere_in_seam(seam):
         np.testing.assert_allclose(fine.v[i], nonlinear_fine.v[i], rtol=0.01, atol=0.002)
     assert abs(contact_lost(fine) - contact_lost(nonlinear_fine)) <= 0.01
     assert abs(contact_lost(fine) - 3.6) <= 0.15
+
+
+def test_smooth_cones_with_other_schemes_and_impact_laws():
+    """Anitescu-Potra with the soft-finger cone keeps the exact P3 slope; Poisson and Newton work with EllipticCone."""
+    traj = rbd.simulate(*rbd.scenes.spinning_sphere(), dt=0.07, steps=5, scheme=rbd.AnitescuPotra(delta=1e-3))
+    np.testing.assert_allclose(np.diff(np.asarray(traj.v[:, 5])) / 0.07, -P3_SLOPE, rtol=EXACT_RTOL)
+    assert float(jnp.max(traj.stats.residual)) <= RESIDUAL_TOL
+    scene = rbd.scenes.bouncing_ball(0.5, height=0.2, mu=0.3, velocity=(0.5, 0.0, 0.0))
+    for law in (rbd.Newton(), rbd.Poisson()):
+        traj = rbd.simulate(*scene, dt=1e-3, steps=220, friction=EllipticCone(), restitution=law)
+        vz = np.asarray(traj.v[:, 2])
+        hit = int(np.argmax(vz > 0))  # the first step that leaves the table
+        impact_speed = math.sqrt(2 * G * 0.2)
+        np.testing.assert_allclose(vz[hit], 0.5 * impact_speed, rtol=0.02)  # e = 0.5, impact within a step
+        assert float(jnp.max(traj.stats.residual)) <= RESIDUAL_TOL
+        energy = jax.vmap(scene.system.energy)(traj.q, traj.v)
+        assert float(energy[hit] - energy[hit - 1]) <= 1e-9  # the impact dissipates
