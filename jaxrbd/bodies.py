@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _rotation as rot
-from . import geometry
+from . import cones, geometry
 from ._validate import as_float, check_value, is_traced
 from .model import Scene, State, System
 from .stepping import project_to_joints
@@ -493,16 +493,9 @@ class SceneBuilder:
         check_value("restitution", restitution, unit_interval=True)
         if not margin > 0:
             raise ValueError(f"margin must be > 0, got {margin!r}")
+        self.dim, self.directions, self.margin, self.friction = dim, directions, float(margin), None
         if friction is not None:
-            if not (hasattr(friction, "build") and hasattr(friction, "dim")):
-                raise TypeError(f"friction must be a jaxrbd.cones cone, got {friction!r}")
-            allowed = (1,) if dim == 2 else (2, 3)
-            if friction.dim not in allowed:
-                raise ValueError(
-                    f"friction: a {dim}D scene needs a cone with {' or '.join(map(str, allowed))} friction "
-                    f"components, got {type(friction).__name__} with {friction.dim}"
-                )
-        self.dim, self.directions, self.margin, self.friction = dim, directions, float(margin), friction
+            self.friction = self._check_cone(friction)
         default = (0.0, 0.0, -GRAVITY) if dim == 3 else (0.0, -GRAVITY, 0.0)
         self.gravity = _vector("gravity", default if gravity is None else gravity, 3)
         self.mu, self.restitution, self.collide_bodies = mu, restitution, collide_bodies
@@ -596,17 +589,50 @@ class SceneBuilder:
         self._statics.append((name, shape))
         return name
 
+    def _check_cone(self, friction):
+        if not cones.is_cone(friction):
+            raise TypeError(f"friction must be a jaxrbd.cones cone, got {friction!r}")
+        allowed = (1,) if self.dim == 2 else (2, 3)
+        if friction.dim not in allowed:
+            raise ValueError(
+                f"friction: a {self.dim}D scene needs a cone with {' or '.join(map(str, allowed))} friction "
+                f"components, got {type(friction).__name__} with {friction.dim}"
+            )
+        return friction
+
+    def _cone(self, pair_cones):
+        """The scene's cone: one for all contacts, or a PerContactCone when pairs set their own."""
+        if all(c is None for c in pair_cones):
+            return self.friction
+        default = self.friction
+        if default is None:
+            default = cones.PlanarCone() if self.dim == 2 else cones.PolyhedralCone(self.directions)
+        chosen = [default]
+        index = []
+        for c in pair_cones:
+            c = default if c is None else c
+            if not any(c is x for x in chosen):
+                chosen.append(c)
+            index.append(next(i for i, x in enumerate(chosen) if x is c))
+        return cones.PerContactCone(chosen, index)
+
     def _known(self, *names):
         for n in names:
             if n not in self._names():
                 raise ValueError(f"no body or static shape named {n!r}; names: {self._names()}")
         return frozenset(names)
 
-    def set_pair(self, a, b, *, mu=None, restitution=None):
-        """Friction and restitution for the contacts between a and b (overrides the shapes' values)."""
+    def set_pair(self, a, b, *, mu=None, restitution=None, friction=None):
+        """Friction, restitution and the friction cone for the contacts between a and b.
+
+        They override the shapes' and the scene's values. A cone given here makes
+        the scene's cone a `jaxrbd.cones.PerContactCone`.
+        """
         check_value(f"mu of the pair ({a!r}, {b!r})", mu, nonnegative=True)
         check_value(f"restitution of the pair ({a!r}, {b!r})", restitution, unit_interval=True)
-        self._pairs[self._known(a, b)] = (mu, restitution)
+        if friction is not None:
+            self._check_cone(friction)
+        self._pairs[self._known(a, b)] = (mu, restitution, friction)
 
     def exclude(self, a, b):
         """No contacts between a and b."""
@@ -747,12 +773,12 @@ class SceneBuilder:
         # Contacts are ordered by group; within a group, in pair order.
         q0 = jnp.concatenate([b.q for b in self._bodies])
         joint_layout, joint_params = self._joint_params(q0)
-        mu, restitution, pair_names = [], [], []
+        mu, restitution, pair_names, pair_cones = [], [], [], []
         for kinds in groups:
             for key, na, nb_, sha, shb, capacity in contact_info:
                 if key != kinds:
                     continue
-                pair_mu, pair_e = self._pairs.get(frozenset((na, nb_)), (None, None))
+                pair_mu, pair_e, pair_cone = self._pairs.get(frozenset((na, nb_)), (None, None, None))
                 mu_ab = pair_mu if pair_mu is not None else 0.5 * (_or(sha.mu, self.mu) + _or(shb.mu, self.mu))
                 e_ab = (
                     pair_e
@@ -762,6 +788,7 @@ class SceneBuilder:
                 mu += [as_float(mu_ab)] * capacity
                 restitution += [as_float(e_ab)] * capacity
                 pair_names += [(na, nb_)] * capacity
+                pair_cones += [pair_cone] * capacity
         model = BodyModel(
             dim=self.dim,
             names=tuple(b.name for b in self._bodies),
@@ -787,7 +814,8 @@ class SceneBuilder:
             shapes=shapes,
             joints=joint_params,
         )
-        system = model.system(params, jnp.stack(mu), jnp.stack(restitution), self.directions, self.friction)
+        cone = self._cone(pair_cones)
+        system = model.system(params, jnp.stack(mu), jnp.stack(restitution), self.directions, cone)
         q0 = _project_initial_joints(model, system, q0)
         state = State(as_float(0.0), q0, jnp.concatenate([b.v for b in self._bodies]))
         scene = Scene(system, state, model)

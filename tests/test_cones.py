@@ -301,3 +301,47 @@ def test_smooth_cones_with_other_schemes_and_impact_laws():
         assert float(jnp.max(traj.stats.residual)) <= RESIDUAL_TOL
         energy = jax.vmap(scene.system.energy)(traj.q, traj.v)
         assert float(energy[hit] - energy[hit - 1]) <= 1e-9  # the impact dissipates
+
+
+def _three_spinning_balls(per_pair):
+    b = rbd.SceneBuilder(dim=3, mu=0.2, friction=SoftFingerCone(1.0, 1.0, 0.4), collide_bodies=False)
+    b.add_static("table", rbd.Plane())
+    for name, x, v in (("a", 0.0, (0, 0, 0)), ("b", 3.0, (1.0, 0, 0)), ("c", 6.0, (0, 1.0, 0))):
+        b.add_body(name, rbd.Sphere(1.0), mass=1.0, position=(x, 0, 1.0), velocity=v, angular_velocity=(0, 0, 1.962))
+    if per_pair:
+        b.set_pair("table", "b", friction=EllipticCone())
+        b.set_pair("table", "c", friction=PolyhedralCone(8))
+    return b.build()
+
+
+def test_cone_per_contact():
+    """set_pair(friction=...): each contact follows its own cone, exactly as in a scene of that cone alone."""
+    scene = _three_spinning_balls(per_pair=True)
+    assert isinstance(scene.system.friction, rbd.cones.PerContactCone)
+    traj = rbd.simulate(*scene, dt=0.07, steps=5)
+    assert float(jnp.max(traj.stats.residual)) <= RESIDUAL_TOL
+    plain = _three_spinning_balls(per_pair=False)
+    for ball, cone in enumerate((SoftFingerCone(1.0, 1.0, 0.4), EllipticCone(), PolyhedralCone(8))):
+        alone = rbd.simulate(*plain, dt=0.07, steps=5, friction=cone)
+        np.testing.assert_allclose(traj.v[:, 6 * ball : 6 * ball + 6], alone.v[:, 6 * ball : 6 * ball + 6], atol=1e-12)
+    # a: soft finger, spin falls at 1.962 rad/s^2; b, c: no torsional friction, they slide, then roll at 5/7
+    np.testing.assert_allclose(traj.v[-1, 5], 1.962 * (1 - 5 * 0.07), rtol=EXACT_RTOL)
+    np.testing.assert_allclose(traj.v[-1, [11, 17]], 1.962, rtol=EXACT_RTOL)
+    np.testing.assert_allclose(traj.v[-1, [6, 13]], 5 / 7, rtol=EXACT_RTOL)
+    with pytest.raises(ValueError, match="index entries must be in"):
+        rbd.cones.PerContactCone([EllipticCone()], [0, 1])
+
+
+@pytest.mark.slow
+def test_stopping_distance_gradients_match_exact_values():
+    """At h = 1e-5 (about 20,000 steps) the gradients match d(v0^2 / (2 mu g)) to 1e-4 relative.
+
+    The scheme's own error in them is 1/K with K = v0 / (mu g h) steps to the stop,
+    so 1e-4 needs K > 1e4; see `test_stopping_distance_gradients` for the exact
+    discrete values and the O(h) convergence.
+    """
+    mu, v0, dt = 0.5, 1.0, 1e-5
+    steps = math.ceil(v0 / (mu * G * dt)) + 10
+    _, (d_mu, d_v0) = _stop_grad(mu, v0, dt, steps)
+    np.testing.assert_allclose(d_v0, v0 / (mu * G), rtol=FD_RTOL)
+    np.testing.assert_allclose(d_mu, -(v0**2) / (2 * mu**2 * G), rtol=FD_RTOL)

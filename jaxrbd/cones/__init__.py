@@ -4,6 +4,8 @@
   anisotropic, with or without torsion); `PlanarCone()` for one tangent direction.
 - `EllipticCone(e_t, e_o)`, `SoftFingerCone(e_t, e_o, e_r)`, `MixedCone(e_t, e_o, e_r)`:
   exact smooth cones as mixed NCPs (000 eq. (18)-(22), 002 eq. (1)-(2) and example (c)).
+- `PerContactCone(cones, index)`: a different cone per contact, in one mixed NCP
+  (`SceneBuilder.set_pair(a, b, friction=...)` makes one).
 
 Every cone has `dim` (1: t; 2: t, o; 3: t, o and the torsion r), `size(nc, ng)` (the
 length of its unknown z) and `build(M, N, T, mu, b, bn=, active=, J=, bj=)`, which
@@ -12,6 +14,7 @@ solution z to `normal`, `friction` (contact coordinates), `joint`, `impulse` and
 `velocity`.
 """
 
+from ._composite import PerContactCone as PerContactCone
 from ._polyhedral import PlanarCone as PlanarCone
 from ._polyhedral import PolyhedralCone as PolyhedralCone
 from ._polyhedral import check_positive_span as check_positive_span
@@ -22,7 +25,7 @@ from ._smooth import MixedCone as MixedCone
 from ._smooth import SoftFingerCone as SoftFingerCone
 from ._smooth import project_ball as project_ball
 
-CONES = (PolyhedralCone, EllipticCone, SoftFingerCone, MixedCone)
+CONES = (PolyhedralCone, EllipticCone, SoftFingerCone, MixedCone, PerContactCone)
 
 
 def is_cone(x):
