@@ -5,12 +5,14 @@ from . import complementarity as complementarity
 from . import cones as cones
 from . import geometry as geometry
 from . import scenes as scenes
+from . import sysid as sysid
 from ._problems import LCP as LCP
 from ._problems import NCP as NCP
 from ._problems import FrictionLCP as FrictionLCP
 from ._problems import friction_lcp as friction_lcp
 from ._problems import natural_residual as natural_residual
 from ._random import random_friction_lcp as random_friction_lcp
+from ._sweep import sweep as sweep
 from .bodies import SceneBuilder as SceneBuilder
 from .complementarity import LCPSolution as LCPSolution
 from .complementarity import Lemke as Lemke

@@ -223,9 +223,7 @@ class PerContactCone(eqx.Module):
         )
         problem = NCP(layout, args, layout.size, layout.n_free)
         # Directions of the polyhedral contacts (pad each to d components).
-        padded = tuple(
-            None if u is None else tuple(tuple(r) + (0.0,) * (d - len(r)) for r in u) for u in directions
-        )
+        padded = tuple(None if u is None else tuple(tuple(r) + (0.0,) * (d - len(r)) for r in u) for u in directions)
         return CompositeProblem(problem, layout, M, b, N, J, T, jnp.stack(scales), padded)
 
 
