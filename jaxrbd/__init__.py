@@ -1,5 +1,6 @@
 """jaxrbd: a differentiable rigid-body simulator in JAX for contact, Coulomb friction and impact."""
 
+from . import analysis as analysis
 from . import bodies as bodies
 from . import complementarity as complementarity
 from . import cones as cones
