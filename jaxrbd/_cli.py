@@ -7,13 +7,26 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="jaxrbd", description="Differentiable rigid-body contact simulation in JAX.")
     parser.add_argument("--float32", action="store_true", help="compute in float32 (default: float64)")
     sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="the falling rod (P1) at four step sizes: event times beside the paper's, plots")
+    demo = sub.add_parser(
+        "demo", help="the falling rod (P1) at four step sizes: event times beside the paper's, plots, animation"
+    )
     demo.add_argument("--out", default="out", help="output folder (default: out)")
     reproduce = sub.add_parser(
         "reproduce", help="paper problems beside the paper: spinning_sphere (P3), sphere_in_seam (P4) or all"
     )
     reproduce.add_argument("name", choices=("spinning_sphere", "sphere_in_seam", "all"))
     reproduce.add_argument("--out", default="out", help="output folder for the figures (default: out)")
+    fit = sub.add_parser(
+        "fit",
+        help="fit mu (sliding_block: columns t,x,y) or e (bouncing_ball: columns t,z) to a CSV or NPZ trajectory",
+    )
+    fit.add_argument("file", help="trajectory file, .csv with a header row or .npz with one array per column")
+    fit.add_argument("--scene", required=True, choices=("sliding_block", "bouncing_ball"))
+    fit.add_argument("--dt", type=float, required=True, help="the sample spacing, used as the step size")
+    fit.add_argument("--steps", type=int, default=100, help="optimizer step budget (default 100)")
+    fit.add_argument("--radius", type=float, default=0.1, help="bouncing_ball: the ball's radius (default 0.1)")
+    fit.add_argument("--out", default="out", help="output folder for fit.json and fit.png (default: out)")
+    fit.add_argument("--force", action="store_true", help="overwrite an existing fit.json")
     bench = sub.add_parser("bench", help="print the performance tables: falling-rod rollout, then LCP solvers by size")
     bench.add_argument("--out", default=None, help="also write the table to this JSON file")
     bench.add_argument("--batch", type=int, default=256)
@@ -34,6 +47,24 @@ def main(argv=None):
         from ._reproduce import run_reproduce
 
         run_reproduce(args.name, out=args.out)
+    elif args.command == "fit":
+        import sys
+
+        from ._fitcli import TrajectoryFileError, run_fit
+
+        try:
+            run_fit(
+                args.file,
+                scene=args.scene,
+                dt=args.dt,
+                out=args.out,
+                force=args.force,
+                steps=args.steps,
+                radius=args.radius,
+            )
+        except (TrajectoryFileError, FileExistsError) as err:
+            print(f"jaxrbd fit: error: {err}", file=sys.stderr)
+            raise SystemExit(2) from None
     elif args.command == "bench":
         from ._bench import main as bench_main
 

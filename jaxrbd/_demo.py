@@ -89,4 +89,34 @@ def run_demo(out="out"):
     path = os.path.join(out, "falling_rod.png")
     plot_rod(results, path)
     print(f"wrote {path}")
+    gif = os.path.join(out, "falling_rod.gif")
+    animate_rod(system, traj, gif)
+    print(f"wrote {gif}")
     return results
+
+
+def animate_rod(system, traj, path, every=8):
+    """A GIF of the rod (every `every`-th step), with matplotlib's Pillow writer."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.animation import FuncAnimation, PillowWriter
+
+    half, r = 0.5 * float(system.params["length"]), float(system.params["radius"])
+    q, t = np.asarray(traj.q), np.asarray(traj.t)
+    fig, ax = plt.subplots(figsize=(5, 3.6))
+    ax.axhline(0, color="k")
+    ax.set(xlim=(-0.6, 0.6), ylim=(-0.05, 1.1), aspect="equal")
+    (line,) = ax.plot([], [], lw=72 * 2 * r * 1.4, solid_capstyle="round")
+
+    def draw(k):
+        x, y, th = q[k]
+        line.set_data(
+            [x - half * math.cos(th), x + half * math.cos(th)], [y - half * math.sin(th), y + half * math.sin(th)]
+        )
+        ax.set_title(f"falling rod, t = {t[k]:.3f} s")
+        return (line,)
+
+    FuncAnimation(fig, draw, frames=range(0, len(t), every)).save(path, writer=PillowWriter(fps=15))
+    plt.close(fig)

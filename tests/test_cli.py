@@ -1,0 +1,65 @@
+"""The `jaxrbd fit` command: a fit from a trajectory file, and clear errors for bad files (issue 7)."""
+
+import json
+
+import jax
+import numpy as np
+import pytest
+
+import jaxrbd as rbd
+from jaxrbd._cli import main
+from jaxrbd._fitcli import TrajectoryFileError, load_trajectory
+
+
+@pytest.fixture(scope="module")
+def ball_csv(tmp_path_factory):
+    """Heights of a ball bouncing with e = 0.7 at dt = 4 ms, with 1 mm noise."""
+    scene = rbd.scenes.bouncing_ball(0.7, height=0.5)
+    z = np.asarray(rbd.simulate(*scene, dt=4e-3, steps=300, restitution=rbd.Newton()).q[:, 2])
+    z = z + 1e-3 * np.asarray(jax.random.normal(jax.random.PRNGKey(4), z.shape))
+    path = tmp_path_factory.mktemp("data") / "ball.csv"
+    np.savetxt(path, np.c_[np.arange(301) * 4e-3, z], delimiter=",", header="t,z", comments="")
+    return path, z
+
+
+def test_trajectory_file_errors(ball_csv, tmp_path):
+    path, z = ball_csv
+    t = np.arange(len(z)) * 4e-3
+    np.savez(tmp_path / "cols.npz", t=t, x=z)
+    with pytest.raises(TrajectoryFileError, match=r"missing column\(s\) \['z'\]"):
+        load_trajectory(str(tmp_path / "cols.npz"), "bouncing_ball", 4e-3)
+    bad = z.copy()
+    bad[7] = np.nan
+    np.savetxt(tmp_path / "nan.csv", np.c_[t, bad], delimiter=",", header="t,z", comments="")
+    with pytest.raises(TrajectoryFileError, match=r"column 'z' has NaN or inf in row\(s\) \[7\]"):
+        load_trajectory(str(tmp_path / "nan.csv"), "bouncing_ball", 4e-3)
+    with pytest.raises(TrajectoryFileError, match="the time step must be --dt = 0.005"):
+        load_trajectory(str(path), "bouncing_ball", 5e-3)
+    with pytest.raises(TrajectoryFileError, match=r"missing column\(s\) \['x', 'y'\]"):
+        load_trajectory(str(path), "sliding_block", 4e-3)
+    (tmp_path / "data.txt").write_text("t,z\n")
+    with pytest.raises(TrajectoryFileError, match="must end in .csv or .npz"):
+        load_trajectory(str(tmp_path / "data.txt"), "bouncing_ball", 4e-3)
+    # The command line turns these into exit status 2 with the message.
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", str(tmp_path / "nan.csv"), "--scene", "bouncing_ball", "--dt", "0.004", "--out", str(tmp_path)])
+    assert exit_info.value.code == 2
+
+
+def test_fit_does_not_overwrite_without_force(ball_csv, tmp_path, capsys):
+    path, _ = ball_csv
+    (tmp_path / "fit.json").write_text("{}")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", str(path), "--scene", "bouncing_ball", "--dt", "0.004", "--out", str(tmp_path)])
+    assert exit_info.value.code == 2
+    assert "exists; pass --force" in capsys.readouterr().err
+    assert (tmp_path / "fit.json").read_text() == "{}"
+
+
+@pytest.mark.slow
+def test_fit_command_recovers_restitution(ball_csv, tmp_path):
+    path, _ = ball_csv
+    main(["fit", str(path), "--scene", "bouncing_ball", "--dt", "0.004", "--out", str(tmp_path)])
+    result = json.loads((tmp_path / "fit.json").read_text())
+    assert abs(result["params"]["e"] / 0.7 - 1) <= 0.01
+    assert (tmp_path / "fit.png").stat().st_size > 0
