@@ -12,9 +12,13 @@ def main(argv=None):
     )
     demo.add_argument("--out", default="out", help="output folder (default: out)")
     reproduce = sub.add_parser(
-        "reproduce", help="paper problems beside the paper: spinning_sphere (P3), sphere_in_seam (P4) or all"
+        "reproduce",
+        help="a reference problem beside its paper: falling_rod (P1), four_balls (P2), spinning_sphere (P3), "
+        "sphere_in_seam (P4), painleve (P5) or all",
     )
-    reproduce.add_argument("name", choices=("spinning_sphere", "sphere_in_seam", "all"))
+    reproduce.add_argument(
+        "name", choices=("falling_rod", "four_balls", "spinning_sphere", "sphere_in_seam", "painleve", "all")
+    )
     reproduce.add_argument("--out", default="out", help="output folder for the figures (default: out)")
     fit = sub.add_parser(
         "fit",

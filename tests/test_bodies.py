@@ -9,19 +9,11 @@ import numpy as np
 import pytest
 
 import jaxrbd as rbd
+from jaxrbd._reproduce import P2_PUBLISHED, P2_STEPS  # 003 Table 1
 from jaxrbd.analysis import CONTACT, convergence_row, first_contact
 
 RESIDUAL_TOL = 1e-8
 G = 9.81
-P2_STEPS = (0.02, 0.01, 0.005, 0.0025, 0.00125)
-# 003 Table 1: h -> (velocity error, position error, velocity variation).
-P2_PUBLISHED = {
-    0.02: (0.5050, 0.2505, 19.4046),
-    0.01: (0.3523, 0.2015, 19.1728),
-    0.005: (0.1657, 0.0838, 19.1702),
-    0.0025: (0.0700, 0.0298, 19.0862),
-    0.00125: (None, None, 19.0690),
-}
 
 
 def _assert_solved(traj):

@@ -63,3 +63,18 @@ def test_fit_command_recovers_restitution(ball_csv, tmp_path):
     result = json.loads((tmp_path / "fit.json").read_text())
     assert abs(result["params"]["e"] / 0.7 - 1) <= 0.01
     assert (tmp_path / "fit.png").stat().st_size > 0
+
+
+def test_reproduce_painleve_and_spinning_sphere(tmp_path):
+    """`jaxrbd reproduce`: P5 steps through Painleve's paradox; P3 writes its figure."""
+    from jaxrbd._reproduce import run_reproduce
+
+    report = run_reproduce("painleve", out=str(tmp_path))["painleve"]
+    assert report["margin"] < 0 and report["finite"]
+    assert report["first_friction_impulse"] > 10 * report["bounded_force_impulse"]
+    assert report["max_energy_increase"] <= 1e-12 and report["residual"] <= 1e-8
+    rows = run_reproduce("spinning_sphere", out=str(tmp_path))["spinning_sphere"]
+    assert [r["cone"] for r in rows] == ["exact", "eq5", "eq6"]
+    assert (tmp_path / "spinning_sphere.png").stat().st_size > 0
+    with pytest.raises(ValueError, match="NAME must be one of"):
+        run_reproduce("rolling", out=str(tmp_path))
