@@ -1,4 +1,6 @@
-"""Shared test set-up: float64 everywhere, and the random-problem batches built once."""
+"""Shared test set-up: float64 everywhere, the random-problem batches built once, and compiled code freed per module."""
+
+import gc
 
 import jax
 
@@ -8,6 +10,22 @@ import jax.numpy as jnp
 import pytest
 
 import jaxrbd as rbd
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _free_compiled_code():
+    """Drop every compiled executable after each test module.
+
+    Each XLA:CPU executable keeps a few memory mappings alive; the whole suite
+    compiles thousands of programs, and one process that keeps them all crosses
+    Linux's default vm.max_map_count (65530), after which the next compile
+    aborts or segfaults inside XLA. Tests share compiled functions within a
+    module (module-scoped fixtures, cached jitted closures), so freeing them at
+    module boundaries costs little recompilation.
+    """
+    yield
+    jax.clear_caches()
+    gc.collect()
 
 
 def random_batch(n, seed=0, dtype=jnp.float64):
