@@ -96,6 +96,7 @@ def _ball0_final(mu, velocity, steps=100, h=0.01):
 _ball0_jit = jax.jit(_ball0_final)
 
 
+@pytest.mark.slow
 def test_p2_gradients_match_finite_differences():
     """d(final position of the thrown ball)/d(mu, initial velocity) over [0, 1] s against central differences.
 
@@ -215,6 +216,7 @@ def test_rolling_ball_spin_gradient_is_exact_at_zero_spin():
     np.testing.assert_allclose(jac[0, 1], 2 * r / 7, rtol=1e-9)
 
 
+@pytest.mark.slow
 def test_quaternions_stay_unit_over_ten_thousand_steps():
     """A box tumbling about its unstable middle axis, 10^4 steps at h = 1e-3: |quat| = 1 to 1e-12."""
     b = rbd.SceneBuilder(gravity=(0.0, 0.0, 0.0))
@@ -241,6 +243,7 @@ def test_vmap_over_mu_equals_the_loop():
     np.testing.assert_allclose(batched, looped, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.slow
 def test_mass_is_a_differentiable_leaf():
     """Sliding-block acceleration does not depend on mass; the gradient says so (finite, ~0)."""
 

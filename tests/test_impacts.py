@@ -159,6 +159,7 @@ def _spinning_rod(mu, e=1.0):
     return b.build()
 
 
+@pytest.mark.slow
 def test_energy_gain_where_the_readme_says():
     """Newton with friction and Poisson with e_T = 0 gain energy on the spinning rod; Poisson's default does not."""
     gains = {}

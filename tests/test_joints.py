@@ -55,6 +55,7 @@ def test_free_pendulum_keeps_its_joint_with_projection_and_drifts_without():
     assert violation[False] > 1e-4
 
 
+@pytest.mark.slow
 def test_pendulum_period_converges_to_the_exact_one():
     theta0 = 0.1
     exact = _exact_period(theta0)
@@ -102,6 +103,7 @@ def test_chain_rests_on_the_ground():
     assert traj.impulses.joint.shape == (100, 12)
 
 
+@pytest.mark.slow
 def test_pendulum_gradients_match_central_differences():
     """d(state after 1 s)/d(length, mass); the bob's inertia is fixed so that the mass matters."""
     h, steps = 0.005, 200
