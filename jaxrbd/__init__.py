@@ -14,6 +14,7 @@ from ._problems import friction_lcp as friction_lcp
 from ._problems import natural_residual as natural_residual
 from ._random import random_friction_lcp as random_friction_lcp
 from ._sweep import sweep as sweep
+from ._sweeps import ContactSweeps as ContactSweeps
 from .bodies import SceneBuilder as SceneBuilder
 from .complementarity import LCPSolution as LCPSolution
 from .complementarity import Lemke as Lemke

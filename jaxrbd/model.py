@@ -69,6 +69,9 @@ class System(eqx.Module):
         friction: the friction cone (`jaxrbd.cones`), a pytree whose scales are
             array leaves; None uses `PolyhedralCone(directions)` (two tangents) or
             `PlanarCone()` (one tangent).
+        bodies: for scenes of rigid bodies, the static `jaxrbd.bodies.BodyModel`
+            whose per-body structure the sparse solver `ContactSweeps` uses; None
+            for systems given by their functions.
     """
 
     params: Any
@@ -87,6 +90,7 @@ class System(eqx.Module):
     constraints: Callable | None = eqx.field(static=True, default=None)
     torsions: Callable | None = eqx.field(static=True, default=None)
     friction: Any = None
+    bodies: Any = eqx.field(static=True, default=None)
 
     def G(self, q):
         if self.kinematics is None:

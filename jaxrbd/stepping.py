@@ -16,6 +16,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import _sweeps
+from ._sweeps import ContactSweeps
 from ._validate import check_value
 from .complementarity import SemismoothNewton, solve, solve_lcp
 from .cones import PlanarCone, PolyhedralCone, is_cone
@@ -361,6 +363,42 @@ def step(system, state, z0, *, dt, scheme, solver, grad_smoothing=0.0, restituti
     return State(t + dt, q_next, v_next), sol.z, impulses, stats
 
 
+def _choose_solver(system, cone, scheme, solver, restitution, grad_smoothing):
+    """The solver: as given (a clear error when `ContactSweeps` cannot run the step), or by size.
+
+    Without a solver, a scene of rigid bodies whose dense LCP has more than
+    `_sweeps.AUTO_SIZE` rows runs on `ContactSweeps`; everything else on the dense
+    `SemismoothNewton`.
+    """
+    reason = _sweeps.unsupported(system, cone, scheme, restitution, grad_smoothing)
+    if isinstance(solver, ContactSweeps):
+        if reason is not None:
+            raise ValueError(f"solver=ContactSweeps(): {reason}")
+        return solver
+    if solver is not None:
+        return solver
+    if reason is None and cone.size(system.mu.shape[-1], 0) > _sweeps.AUTO_SIZE:
+        return ContactSweeps()
+    return SemismoothNewton()
+
+
+def _rollout(step_fn, state, z0, steps):
+    def body(carry, _):
+        state, z = carry
+        state, z, impulses, stats = step_fn(state, z)
+        return (state, z), (state, impulses, stats)
+
+    _, (states, impulses, stats) = jax.lax.scan(body, (state, z0), None, length=steps)
+    cat = lambda x0, xs: jnp.concatenate([x0[None], xs])
+    return Trajectory(cat(state.t, states.t), cat(state.q, states.q), cat(state.v, states.v), impulses, stats)
+
+
+def _simulate_blocks(system, state, cone, *, dt, steps, scheme, solver):
+    z0 = jnp.zeros((system.mu.shape[-1], cone.k + 2), state.q.dtype)
+    step_fn = lambda state, z: _sweeps.step_blocks(system, state, z, dt=dt, scheme=scheme, solver=solver, cone=cone)
+    return _rollout(step_fn, state, z0, steps)
+
+
 def _check_options(dt, steps):
     if not isinstance(steps, (int, np.integer)) or isinstance(steps, bool) or steps < 1:
         raise ValueError(f"steps must be an integer >= 1, got {steps!r}")
@@ -395,7 +433,11 @@ def simulate(
         dt: step size h > 0.
         steps: number of steps (static int >= 1).
         scheme: `StewartTrinkle()` (default) or `AnitescuPotra(...)`.
-        solver: complementarity solver; default `SemismoothNewton()`.
+        solver: complementarity solver: `SemismoothNewton()` (dense), `Lemke()`,
+            or `ContactSweeps()` (sparse block Gauss-Seidel for scenes of rigid
+            bodies). None: `ContactSweeps()` for a body scene whose dense LCP has
+            more than `_sweeps.AUTO_SIZE` rows and that it supports, otherwise
+            `SemismoothNewton()`.
         friction: the friction cone (`jaxrbd.cones`); None uses `system.friction`
             or, without one, the polyhedral (or planar) default.
         grad_smoothing: passed to `solve_lcp` for the backward pass.
@@ -412,14 +454,16 @@ def simulate(
     if restitution is not None and not isinstance(restitution, (Newton, Poisson)):
         raise TypeError(f"restitution must be None, jaxrbd.Newton() or jaxrbd.Poisson(), got {restitution!r}")
     scheme = StewartTrinkle() if scheme is None else scheme
-    solver = SemismoothNewton() if solver is None else solver
     dtype = jnp.result_type(state.q, state.v, float)
     state = State(jnp.asarray(state.t, dtype), jnp.asarray(state.q, dtype), jnp.asarray(state.v, dtype))
-    if project_joints:
-        state = State(state.t, project_to_joints(system, state.q), state.v)
     if friction is not None and not is_cone(friction):
         raise TypeError(f"friction must be a jaxrbd.cones cone, got {friction!r}")
     cone = friction_cone(system, state.q) if friction is None else friction
+    solver = _choose_solver(system, cone, scheme, solver, restitution, grad_smoothing)
+    if isinstance(solver, ContactSweeps):
+        return _simulate_blocks(system, state, cone, dt=dt, steps=steps, scheme=scheme, solver=solver)
+    if project_joints:
+        state = State(state.t, project_to_joints(system, state.q), state.v)
     jax.eval_shape(lambda q: system.contact_rows(q, cone.dim), state.q)  # a clear error on a mismatch
     ng = jax.eval_shape(system.constraint, state.q).shape[0]
     z0 = jnp.zeros(cone.size(system.mu.shape[-1], ng), dtype)
@@ -433,11 +477,4 @@ def simulate(
         project=project_joints,
     )
 
-    def body(carry, _):
-        state, z = carry
-        state, z, impulses, stats = step(system, state, z, **options)
-        return (state, z), (state, impulses, stats)
-
-    _, (states, impulses, stats) = jax.lax.scan(body, (state, z0), None, length=steps)
-    cat = lambda x0, xs: jnp.concatenate([x0[None], xs])
-    return Trajectory(cat(state.t, states.t), cat(state.q, states.q), cat(state.v, states.v), impulses, stats)
+    return _rollout(lambda state, z: step(system, state, z, **options), state, z0, steps)

@@ -1,0 +1,368 @@
+"""Block Gauss-Seidel over contacts: a step whose cost grows linearly with the scene.
+
+The dense step assembles the whole friction LCP, nc (k + 2) rows, and factors it
+in every Newton iteration: cubic in the number of contacts. In a scene of rigid
+bodies a contact couples only the two bodies it touches (000 §2.4), so the LCP
+matrix A = K^T J M^{-1} J^T K + L is sparse: its block (c, c') is non-zero only
+when contacts c and c' share a moving body. `ContactSweeps` exploits that:
+
+- M is block diagonal; its 6 x 6 inverse blocks are formed once per step and
+  reused by every sweep and by the backward pass;
+- the contacts are coloured once, at trace time, so that no two contacts of a
+  colour share a moving body (greedy colouring of the static contact graph);
+- a sweep visits the colours in order. The contacts of a colour solve their own
+  (k + 2)-row LCP at once (`vmap`), with the other contacts' impulses frozen in
+  the body velocities, by semismooth Newton (`SemismoothNewton`, Lemke fallback),
+  and write their impulse increments back to the velocities of their bodies.
+  This is the nonsmooth (projected) block Gauss-Seidel method; a sweep costs
+  O(nc + nb), and a scene whose contacts touch disjoint bodies (a grid of balls
+  on a table) is solved exactly by one sweep;
+- the gradient comes from the implicit function theorem at the solution, as for
+  the dense solver: the transposed Newton system (d phi / dz)^T u = z_bar is
+  solved by the same coloured block Gauss-Seidel sweeps, each diagonal block by
+  its pseudo-inverse, applying A^T matrix-free (a `vjp` of the sparse w(z)).
+
+Every step reports the natural residual of the whole LCP, evaluated sparsely.
+"""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import _rotation as rot
+from ._problems import LCP, natural_residual
+from .complementarity._fb import fischer_burmeister_partials
+from .complementarity._implicit import PINV_RTOL_FACTOR
+from .complementarity._solvers import SemismoothNewton, default_tol
+from .cones import PolyhedralCone
+from .cones._base import contact_scale
+
+# The dense LCP size above which `simulate` picks `ContactSweeps` by itself for a
+# scene of rigid bodies (sphere_grid(8) has 80 rows, sphere_grid(64) 640). Below
+# it the dense global Newton is both faster and exact.
+AUTO_SIZE = 300
+
+
+class ContactSweeps(eqx.Module):
+    """The sparse solver for scenes of rigid bodies: block Gauss-Seidel sweeps over contacts.
+
+    Pass it as `simulate(..., solver=ContactSweeps())`; `simulate` also picks it
+    by itself when a body scene's dense LCP has more than `AUTO_SIZE` rows. It
+    supports 3D scenes built by `SceneBuilder` with the polyhedral cone, the
+    Stewart-Trinkle (linearized) and Anitescu-Potra schemes, no joints and no
+    impact law; other settings raise a ValueError naming the option.
+
+    Attributes:
+        sweeps: static number of Gauss-Seidel sweeps per step (forward and adjoint).
+        iterations: static semismooth Newton iterations of each contact's LCP per sweep.
+        fallback: solve a contact's LCP by Lemke when Newton leaves it above `tol`.
+        tol: convergence tolerance of the step's natural residual (default by dtype).
+    """
+
+    sweeps: int = eqx.field(static=True, default=8)
+    iterations: int = eqx.field(static=True, default=6)
+    fallback: bool = eqx.field(static=True, default=True)
+    tol: float | None = eqx.field(static=True, default=None)
+
+    def __check_init__(self):
+        for name in ("sweeps", "iterations"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"ContactSweeps: {name} must be a positive integer, got {value!r}")
+
+    @property
+    def local(self):
+        return SemismoothNewton(iterations=self.iterations, fallback=self.fallback)
+
+
+def color_contacts(a, b, nbodies):
+    """Greedy colouring of the contacts: two contacts sharing a moving body get different colours.
+
+    Args:
+        a, b: (nc,) body indices of each contact (nbodies: the world, which never conflicts).
+
+    Returns:
+        A tuple of index tuples, one per colour, covering every contact once.
+    """
+    used = [set() for _ in range(nbodies)]
+    colors = []
+    for c, (i, j) in enumerate(zip(a, b)):
+        taken = set().union(*(used[k] for k in (i, j) if k < nbodies))
+        color = next(k for k in range(len(colors) + 1) if k not in taken)
+        if color == len(colors):
+            colors.append([])
+        colors[color].append(c)
+        for k in (i, j):
+            if k < nbodies:
+                used[k].add(color)
+    return tuple(tuple(c) for c in colors)
+
+
+def unsupported(system, cone, scheme, restitution, grad_smoothing):
+    """Why `ContactSweeps` cannot run this step (a string), or None when it can."""
+    from .stepping import AnitescuPotra, StewartTrinkle
+
+    model = system.bodies
+    if model is None:
+        return "it needs a scene of rigid bodies built by jaxrbd.SceneBuilder (system.bodies is None)"
+    if model.dim != 3:
+        return "it supports 3D scenes only (this one is planar)"
+    if model.joints:
+        return "it does not support joints; use the dense SemismoothNewton"
+    if not isinstance(cone, PolyhedralCone) or cone.dim != 2:
+        return f"it supports the polyhedral cone in (t, o) only, got {type(cone).__name__}"
+    if restitution is not None:
+        return "it does not support an impact law (restitution must be None)"
+    if grad_smoothing:
+        return "grad_smoothing must be 0"
+    if isinstance(scheme, StewartTrinkle) and scheme.fixed_point_iterations:
+        return "it supports the linearized Stewart-Trinkle scheme only (fixed_point_iterations=0)"
+    if isinstance(scheme, AnitescuPotra) and scheme.project:
+        return "it does not support AnitescuPotra(project=True)"
+    return None
+
+
+class Blocks(eqx.Module):
+    """The sparse step problem: w(z) per contact, z (nc, m) = [c_n, beta (k), lam] per contact.
+
+    Attributes:
+        J_a, J_b: (nc, 3, 6) the rows (n, t, o) of each contact on bodies a and b.
+        Minv: (nb + 1, 6, 6) inverse mass blocks; the world's is zero.
+        v_free: (nb + 1, 6) the velocities at the end of the step without contact.
+        K: (nc, 3, m) the map from z to the impulse (c_n, c_t, c_o); zero when inactive.
+        L: (nc, m, m) the lam column and the cone row mu c_n - sum beta.
+        bn: (nc,) the offset of the normal rows.
+        active: (nc,) 1.0 for a contact in the step, 0.0 for one masked out.
+        a, b: static body indices of each contact.
+        colors: static colouring (`color_contacts`).
+    """
+
+    J_a: jax.Array
+    J_b: jax.Array
+    Minv: jax.Array
+    v_free: jax.Array
+    K: jax.Array
+    L: jax.Array
+    bn: jax.Array
+    active: jax.Array
+    a: tuple = eqx.field(static=True)
+    b: tuple = eqx.field(static=True)
+    colors: tuple = eqx.field(static=True)
+
+    def velocity(self, z):
+        """(nb + 1, 6) the body velocities v+ = v_free + M^{-1} J^T K z."""
+        return self.v_free + self._apply(jnp.einsum("crm,cm->cr", self.K, z))
+
+    def _apply(self, p):
+        """M^{-1} J^T p per body, for contact impulses p (nc, 3) in (n, t, o)."""
+        a, b = np.array(self.a), np.array(self.b)
+        impulse = jnp.zeros_like(self.v_free)
+        impulse = impulse.at[a].add(jnp.einsum("crj,cr->cj", self.J_a, p))
+        impulse = impulse.at[b].add(jnp.einsum("crj,cr->cj", self.J_b, p))
+        return jnp.einsum("kij,kj->ki", self.Minv, impulse)
+
+    def rows(self, v, idx=slice(None)):
+        """(nc, 3) J v: the relative velocity of the contacts in (n, t, o)."""
+        a, b = np.array(self.a)[idx], np.array(self.b)[idx]
+        return jnp.einsum("crj,cj->cr", self.J_a[idx], v[a]) + jnp.einsum("crj,cj->cr", self.J_b[idx], v[b])
+
+    def _local(self, w, z, idx=slice(None)):
+        """w completed by the cone rows and the offset; masked contacts get w = z + 1."""
+        K, L, act = self.K[idx], self.L[idx], self.active[idx][:, None]
+        w = jnp.einsum("crm,cr->cm", K, w) + jnp.einsum("cmn,cn->cm", L, z)
+        w = w.at[:, 0].add(self.bn[idx])
+        return act * w + (1.0 - act) * (z + 1.0)
+
+    def F(self, z):
+        """(nc, m) w = A z + b, applied sparsely."""
+        return self._local(self.rows(self.velocity(z)), z)
+
+    def delassus(self):
+        """(nc, 3, 3) the diagonal blocks J_c M^{-1} J_c^T of the Delassus operator."""
+        a, b = np.array(self.a), np.array(self.b)
+        Wa = jnp.einsum("cri,cij,csj->crs", self.J_a, self.Minv[a], self.J_a)
+        return Wa + jnp.einsum("cri,cij,csj->crs", self.J_b, self.Minv[b], self.J_b)
+
+    def diagonal(self, W):
+        """(nc, m, m) the diagonal blocks of A (identity for a masked contact)."""
+        A = jnp.einsum("crm,crs,csn->cmn", self.K, W, self.K) + self.L
+        act = self.active[:, None, None]
+        return act * A + (1.0 - act) * jnp.eye(A.shape[-1], dtype=A.dtype)
+
+
+def _gauss_seidel(blocks, z, solver):
+    """`solver.sweeps` coloured block Gauss-Seidel sweeps from z; returns (z, any Lemke fallback)."""
+    W = blocks.delassus()
+    A = blocks.diagonal(W)
+    local = jax.vmap(solver.local.run)
+
+    def sweep(carry, _):
+        v, z, fallback = carry
+        for color in blocks.colors:
+            idx = np.array(color)
+            zc = z[idx]
+            p = jnp.einsum("crm,cm->cr", blocks.K[idx], zc)
+            own = jnp.einsum("crs,cs->cr", W[idx], p)
+            b = blocks._local(blocks.rows(v, idx) - own, jnp.zeros_like(zc), idx)
+            raw = local(LCP(A[idx], b), zc)
+            dz = raw.z - zc
+            dp = jnp.zeros((z.shape[0], 3), z.dtype).at[idx].set(jnp.einsum("crm,cm->cr", blocks.K[idx], dz))
+            v = v + blocks._apply(dp)
+            z = z.at[idx].set(raw.z)
+            fallback = fallback | jnp.any(raw.fallback)
+        return (v, z, fallback), None
+
+    (_, z, fallback), _ = jax.lax.scan(sweep, (blocks.velocity(z), z, jnp.array(False)), None, length=solver.sweeps)
+    return z, fallback
+
+
+def _adjoint(blocks, z, z_bar, sweeps):
+    """u with (d phi / dz)^T u = z_bar by coloured block Gauss-Seidel; returns db * u (see `_implicit`)."""
+    w = blocks.F(z)
+    da, db = fischer_burmeister_partials(z, w)
+    _, At = jax.vjp(blocks.F, z)  # w is affine in z: A^T y = vjp
+    m = z.shape[-1]
+    B = da[:, :, None] * jnp.eye(m, dtype=z.dtype) + db[:, :, None] * blocks.diagonal(blocks.delassus())
+    rtol = PINV_RTOL_FACTOR * m * jnp.finfo(z.dtype).eps
+    P = jnp.linalg.pinv(jnp.swapaxes(B, -1, -2), rtol=rtol)  # (B^T)^+ per contact
+
+    def transposed(u):
+        return da * u + At(db * u)[0]
+
+    def sweep(u, _):
+        for color in blocks.colors:
+            idx = np.array(color)
+            r = z_bar[idx] - transposed(u)[idx] + jnp.einsum("cnm,cn->cm", B[idx], u[idx])
+            u = u.at[idx].set(jnp.einsum("cmn,cn->cm", P[idx], r))
+        return u, None
+
+    u, _ = jax.lax.scan(sweep, jnp.zeros_like(z), None, length=sweeps)
+    return db * u
+
+
+@eqx.filter_custom_vjp
+def _solve(blocks, z0, solver):
+    return _gauss_seidel(blocks, z0, solver)
+
+
+@_solve.def_fwd
+def _solve_fwd(perturbed, blocks, z0, solver):
+    del perturbed
+    z, fallback = _gauss_seidel(blocks, z0, solver)
+    return (z, fallback), z
+
+
+@_solve.def_bwd
+def _solve_bwd(z, cotangents, perturbed, blocks, z0, solver):
+    del perturbed, z0
+    z_bar = cotangents[0]
+    z_bar = jnp.where(jnp.isfinite(z_bar), z_bar, 0.0)
+    y = _adjoint(blocks, z, z_bar, solver.sweeps)
+    _, pullback = eqx.filter_vjp(lambda bl: bl.F(z), blocks)
+    (blocks_bar,) = pullback(-y)
+    return blocks_bar
+
+
+def solve_blocks(blocks, z0, solver):
+    """Solve the sparse step problem from z0; returns (z, residual, converged, fallback)."""
+    z, fallback = _solve(blocks, jax.lax.stop_gradient(z0), solver)
+    residual = natural_residual(z.reshape(-1), blocks.F(z).reshape(-1))
+    tol = solver.tol if solver.tol is not None else default_tol(z.dtype)
+    converged = jnp.isfinite(residual) & (residual <= tol)
+    return z, residual, converged, fallback
+
+
+def _cone_maps(cone, mu, active, dtype):
+    """K (nc, 3, m) and L (nc, m, m) of the polyhedral cone for every contact."""
+    nc = mu.shape[0]
+    U = jnp.asarray(cone.U, dtype)
+    k = U.shape[0]
+    scale = contact_scale((cone.e_t, cone.e_o), nc, dtype)
+    K = jnp.zeros((nc, 3, k + 2), dtype)
+    K = K.at[:, 0, 0].set(1.0)
+    K = K.at[:, 1:, 1 : k + 1].set(jnp.einsum("kd,cd->cdk", U, scale))
+    K = K * active[:, None, None]
+    L = jnp.zeros((nc, k + 2, k + 2), dtype)
+    L = L.at[:, 1 : k + 1, k + 1].set(1.0)
+    L = L.at[:, k + 1, 0].set(mu)
+    L = L.at[:, k + 1, 1 : k + 1].set(-1.0)
+    return K, L, U, scale
+
+
+def _integrate(model, q, v, h):
+    """q + h G(q) v per body (000 §5), not normalized."""
+    nb = model.nbodies
+    qb, vb = q.reshape(nb, 7), v.reshape(nb, 6)
+    quat = qb[:, 3:] + h * jnp.einsum("bij,bj->bi", rot.rate_matrix(qb[:, 3:]), vb[:, 3:])
+    return jnp.concatenate([qb[:, :3] + h * vb[:, :3], quat], -1).reshape(-1)
+
+
+def step_blocks(system, state, z0, *, dt, scheme, solver, cone):
+    """One step by `ContactSweeps`: (next state, z (nc, m), impulses, stats), as `stepping.step`."""
+    from .stepping import AnitescuPotra, ContactImpulses, StepStats
+
+    model, params = system.bodies, system.params
+    t, q, v = state.t, state.q, state.v
+    nb, dtype = model.nbodies, q.dtype
+    qb, vb = q.reshape(nb, 7), v.reshape(nb, 6)
+    R = rot.to_matrix(rot.normalize(qb[:, 3:]))
+    I_world = R @ params.inertia @ jnp.swapaxes(R, -1, -2)
+    I_inv = R @ jnp.linalg.inv(params.inertia) @ jnp.swapaxes(R, -1, -2)
+    omega = vb[:, 3:]
+    force = params.mass[:, None] * params.gravity + params.force
+    torque = params.torque - jnp.cross(omega, jnp.einsum("bij,bj->bi", I_world, omega))
+    v_free = jnp.concatenate(
+        [vb[:, :3] + dt * force / params.mass[:, None], omega + dt * jnp.einsum("bij,bj->bi", I_inv, torque)], -1
+    )
+    Minv = jnp.zeros((nb + 1, 6, 6), dtype)
+    Minv = Minv.at[:nb, :3, :3].set(jnp.eye(3, dtype=dtype) / params.mass[:, None, None])
+    Minv = Minv.at[:nb, 3:, 3:].set(I_inv)
+    gap, geometric, J_a, J_b = model.contact_blocks(q, params)
+    delta = scheme.delta
+    if delta is None:
+        active = geometric
+    else:
+        predicted = model.gaps(_integrate(model, q, v, dt), params)
+        active = (predicted < delta) & geometric
+    position_level = not isinstance(scheme, AnitescuPotra)
+    bn = gap / dt if position_level else jnp.zeros_like(gap)
+    K, L, U, scale = _cone_maps(cone, system.mu, active.astype(dtype), dtype)
+    a, b = model.contact_bodies
+    blocks = Blocks(
+        J_a=J_a[:, :3],
+        J_b=J_b[:, :3],
+        Minv=Minv,
+        v_free=jnp.concatenate([v_free, jnp.zeros((1, 6), dtype)]),
+        K=K,
+        L=L,
+        bn=bn,
+        active=jax.lax.stop_gradient(active.astype(dtype)),
+        a=tuple(int(i) for i in a),
+        b=tuple(int(i) for i in b),
+        colors=_colors(model),
+    )
+    z, residual, converged, fallback = solve_blocks(blocks, z0, solver)
+    v_next = blocks.velocity(z)[:nb].reshape(-1)
+    q_next = system.project_q(_integrate(model, q, v_next, dt))
+    k = U.shape[0]
+    nc = z.shape[0]
+    impulses = ContactImpulses(
+        normal=z[:, 0],
+        friction=(z[:, 1 : k + 1] @ U) * scale,
+        moment=jnp.zeros((nc,), dtype),
+        joint=jnp.zeros((0,), dtype),
+    )
+    stats = StepStats(
+        residual=residual,
+        converged=converged,
+        fallback=fallback,
+        active=active,
+        joint_violation=jnp.zeros((), dtype),
+    )
+    return type(state)(t + dt, q_next, v_next), z, impulses, stats
+
+
+def _colors(model):
+    a, b = model.contact_bodies
+    return color_contacts(a, b, model.nbodies)
