@@ -1,0 +1,365 @@
+"""The scene benchmark: jaxrbd beside MuJoCo MJX and MuJoCo's C engine on the same scenes.
+
+Each scene is built once by jaxrbd and once as MJCF with the same sizes, masses,
+friction and step, its MuJoCo initial state copied from jaxrbd's. For every
+simulator: compile time, steps per second of one environment in a jitted
+`lax.scan` rollout, environment-steps per second of vmapped batches, the cost of
+a reverse-mode gradient of the rollout relative to the rollout, XLA's memory
+estimate of the largest batch, and the physical answer it gives.
+
+MuJoCo runs with its default solver settings ("mjx default": Newton, 100
+iterations, 50 line-search steps) and with the settings its users pick for speed
+("mjx fast": Newton, 1 iteration, 4 line-search steps). mujoco and mujoco-mjx are
+the optional extra `.[bench]`; without them only jaxrbd is reported.
+"""
+
+import dataclasses
+import math
+import statistics
+import time
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from tqdm.auto import tqdm
+
+from . import scenes
+from .model import State
+from .stepping import simulate
+
+BATCHES = (64, 512, 4096)
+MJX_SETTINGS = {"mjx default": None, "mjx fast": dict(iterations=1, ls_iterations=4)}
+
+
+def _mujoco():
+    """(mujoco, mjx) or None when the optional extra is not installed."""
+    try:
+        import mujoco
+        from mujoco import mjx
+    except ImportError:
+        return None
+    return mujoco, mjx
+
+
+@dataclasses.dataclass
+class Case:
+    """One benchmark scene.
+
+    Attributes:
+        name: the scene's name in the table.
+        scene: () -> (system, state) of jaxrbd.
+        dt: the step.
+        seconds: the simulated time of the single-environment rollout and the gradient.
+        batch_start: the time (s) from which batched rollouts start (in contact).
+        batch_steps: steps of each batched rollout.
+        mjcf: the same scene as MJCF, and its initial (qpos, qvel).
+        answer: (name, jaxrbd final q -> value, MuJoCo final qpos -> value).
+    """
+
+    name: str
+    scene: Callable
+    dt: float
+    seconds: float
+    batch_start: float
+    batch_steps: int
+    mjcf: Callable
+    answer: tuple
+
+
+def _free_qpos(state, nb):
+    """Free-joint qpos (position, quaternion wxyz per body) and qvel (linear, body-frame angular)."""
+    from . import _rotation as rot
+
+    q = np.asarray(state.q).reshape(nb, 7)
+    v = np.asarray(state.v).reshape(nb, 6)
+    R = np.asarray(rot.to_matrix(jnp.asarray(q[:, 3:])))
+    w_local = np.einsum("bji,bj->bi", R, v[:, 3:])
+    return q.reshape(-1), np.concatenate([v[:, :3], w_local], -1).reshape(-1)
+
+
+def _mjcf(dt, bodies, statics, pairs):
+    body_xml = "\n".join(bodies)
+    pair_xml = "\n".join(
+        f'<pair geom1="{a}" geom2="{b}" condim="3" friction="{mu} {mu} 0.005 0.0001 0.0001"/>' for a, b, mu in pairs
+    )
+    return f"""<mujoco>
+  <option timestep="{dt}" gravity="0 0 -9.81"/>
+  <default><geom contype="0" conaffinity="0"/></default>
+  <worldbody>
+    {statics}
+    {body_xml}
+  </worldbody>
+  <contact>{pair_xml}</contact>
+</mujoco>"""
+
+
+def _ball(name, x, radius=0.1, mass=1.0):
+    return (
+        f'<body name="{name}" pos="{x[0]} {x[1]} {x[2]}"><freejoint/>'
+        f'<geom name="{name}" type="sphere" size="{radius}" mass="{mass}"/></body>'
+    )
+
+
+def _grid_case(n=64):
+    mu = 0.5
+
+    def mjcf(state):
+        x = np.asarray(state.q).reshape(n, 7)[:, :3]
+        bodies = [_ball(f"b{i}", x[i]) for i in range(n)]
+        xml = _mjcf(0.01, bodies, '<geom name="table" type="plane" size="0 0 1"/>', [("table", f"b{i}", mu) for i in range(n)])
+        return (xml, *_free_qpos(state, n))
+
+    return Case(
+        name=f"sphere_grid({n})",
+        scene=lambda: scenes.sphere_grid(n, mu=mu),
+        dt=0.01,
+        seconds=1.0,
+        batch_start=0.4,
+        batch_steps=20,
+        mjcf=mjcf,
+        answer=(
+            "mean final ball height (m; exact 0.1)",
+            lambda q: float(np.mean(np.asarray(q).reshape(n, 7)[:, 2])),
+            lambda qpos: float(np.mean(np.asarray(qpos).reshape(n, 7)[:, 2])),
+        ),
+    )
+
+
+def _four_balls_case():
+    mu = 0.4
+
+    def mjcf(state):
+        x = np.asarray(state.q).reshape(4, 7)[:, :3]
+        bodies = [_ball(f"b{i}", x[i]) for i in range(4)]
+        pairs = [("table", f"b{i}", mu) for i in range(4)] + [(f"b{i}", f"b{i + 1}", mu) for i in range(3)]
+        xml = _mjcf(0.005, bodies, '<geom name="table" type="plane" size="0 0 1"/>', pairs)
+        return (xml, *_free_qpos(state, 4))
+
+    def xs(q):
+        return np.round(np.asarray(q).reshape(4, 7)[:, 0], 3).tolist()
+
+    return Case(
+        name="four_balls",
+        scene=lambda: scenes.four_balls(mu=mu),
+        dt=0.005,
+        seconds=1.0,
+        batch_start=0.6,
+        batch_steps=20,
+        mjcf=mjcf,
+        answer=("final x of the balls (m)", xs, xs),
+    )
+
+
+def _rod_case():
+    scene = scenes.falling_rod()
+
+    def mjcf(state):
+        x, y, theta = np.asarray(state.q)
+        vx, vy, omega = np.asarray(state.v)
+        body = (
+            '<body name="rod"><joint name="x" type="slide" axis="1 0 0"/><joint name="z" type="slide" axis="0 0 1"/>'
+            '<joint name="theta" type="hinge" axis="0 -1 0"/>'
+            '<inertial pos="0 0 0" mass="1" diaginertia="0.002 0.002 0.002"/>'
+            '<geom name="rod" type="capsule" fromto="-0.25 0 0 0.25 0 0" size="0.05"/></body>'
+        )
+        xml = _mjcf(0.0025, [body], '<geom name="table" type="plane" size="0 0 1"/>', [("table", "rod", 0.6)])
+        return xml, np.array([x, y, theta]), np.array([vx, vy, omega])
+
+    pose = lambda q: np.round(np.asarray(q)[:3], 4).tolist()
+    return Case(
+        name="falling_rod",
+        scene=lambda: scene,
+        dt=0.0025,
+        seconds=1.0,
+        batch_start=0.4,
+        batch_steps=40,
+        mjcf=mjcf,
+        answer=("final (x, y, theta)", pose, pose),
+    )
+
+
+def _incline_case():
+    angle, mu = math.radians(30.0), 0.8  # mu > tan(30 deg) = 0.577: the cube must not move
+    uphill = np.array([math.cos(angle), 0.0, math.sin(angle)])
+    normal = np.array([-math.sin(angle), 0.0, math.cos(angle)])
+
+    def mjcf(state):
+        q = np.asarray(state.q)
+        body = (
+            f'<body name="cube" pos="{q[0]} {q[1]} {q[2]}" quat="{q[3]} {q[4]} {q[5]} {q[6]}"><freejoint/>'
+            '<geom name="cube" type="box" size="0.05 0.05 0.05" mass="1"/></body>'
+        )
+        n = " ".join(str(c) for c in normal)
+        xml = _mjcf(0.01, [body], f'<geom name="incline" type="plane" size="0 0 1" zaxis="{n}"/>', [("incline", "cube", mu)])
+        return (xml, *_free_qpos(state, 1))
+
+    x0 = np.asarray(scenes.block_on_incline(angle, mu).state.q)[:3]
+    creep = lambda q: float(np.dot(np.asarray(q)[:3] - x0, -uphill))
+    return Case(
+        name="cube on incline",
+        scene=lambda: scenes.block_on_incline(angle, mu),
+        dt=0.01,
+        seconds=1.0,
+        batch_start=0.5,
+        batch_steps=20,
+        mjcf=mjcf,
+        answer=("creep down the slope in 1 s (m; exact 0)", creep, creep),
+    )
+
+
+CASES = {"sphere_grid": _grid_case, "four_balls": _four_balls_case, "falling_rod": _rod_case, "incline": _incline_case}
+
+
+def _median_time(f, *args, repeats):
+    jax.block_until_ready(f(*args))
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        jax.block_until_ready(f(*args))
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def _compile(f, *args):
+    t = time.perf_counter()
+    compiled = jax.jit(f).lower(*args).compile()
+    return compiled, time.perf_counter() - t
+
+
+def _memory(compiled):
+    """XLA's estimate of the peak memory of a compiled call (bytes), or None."""
+    try:
+        m = compiled.memory_analysis()
+        return int(m.temp_size_in_bytes + m.argument_size_in_bytes + m.output_size_in_bytes)
+    except Exception:  # not every backend reports it
+        return None
+
+
+def _batch_of(x, batch):
+    """x repeated with a small shift of the first coordinate per environment (1e-4 m apart)."""
+    shift = jnp.zeros((batch,) + x.shape, x.dtype).at[:, 0].set(1e-4 * jnp.arange(batch, dtype=x.dtype))
+    return x[None] + shift
+
+
+def _measure(full, q0, v0, steps, batch_start, batch_steps, batches, repeats):
+    """The figures of one simulator, given full(q0, v0, steps) -> final (q, v)."""
+    rollout = lambda q, v, steps: full(q, v, steps)[0]
+    batch_q, batch_v = jax.jit(full, static_argnums=2)(q0, v0, batch_start)
+    row = {}
+    compiled, row["compile_s"] = _compile(lambda q, v: rollout(q, v, steps), q0, v0)
+    elapsed = _median_time(compiled, q0, v0, repeats=repeats)
+    row["steps_per_s"] = steps / elapsed
+    row["final_q"] = np.asarray(compiled(q0, v0))
+    try:
+        grad, row["grad_compile_s"] = _compile(jax.grad(lambda q, v: jnp.sum(rollout(q, v, steps))), q0, v0)
+        row["grad_over_forward"] = _median_time(grad, q0, v0, repeats=repeats) / elapsed
+    except Exception as err:  # MJX's solver loop is not reverse-differentiable
+        row["grad_error"] = f"{type(err).__name__}: {str(err).splitlines()[0][:80]}"
+    row["batches"] = {}
+    for batch in batches:
+        qs, vs = _batch_of(batch_q, batch), jnp.broadcast_to(batch_v, (batch,) + batch_v.shape)
+        many, _ = _compile(jax.vmap(lambda q, v: rollout(q, v, batch_steps)), qs, vs)
+        row["batches"][batch] = batch * batch_steps / _median_time(many, qs, vs, repeats=max(1, repeats // 2))
+        row["memory_bytes"] = _memory(many)
+    return row
+
+
+def _jaxrbd_rollout(case, dtype):
+    system, state = case.scene()
+    system = _cast(system, dtype)
+
+    def rollout(q, v, steps):
+        traj = simulate(system, State(jnp.zeros((), dtype), q, v), dt=case.dt, steps=steps)
+        return traj.q[-1], traj.v[-1]
+
+    return rollout, jnp.asarray(state.q, dtype), jnp.asarray(state.v, dtype)
+
+
+def _mjx_rollout(case, state, settings, dtype):
+    mujoco, mjx = _mujoco()
+    xml, qpos, qvel = case.mjcf(state)
+    model = mujoco.MjModel.from_xml_string(xml)
+    if settings is not None:
+        model.opt.iterations = settings["iterations"]
+        model.opt.ls_iterations = settings["ls_iterations"]
+    mx = mjx.put_model(model)
+    mx = _cast(mx, dtype)
+    d0 = mjx.make_data(mx)
+
+    def rollout(q, v, steps):
+        d = d0.replace(qpos=q, qvel=v)
+        d = jax.lax.scan(lambda d, _: (mjx.step(mx, d), None), d, None, length=steps)[0]
+        return d.qpos, d.qvel
+
+    return rollout, jnp.asarray(qpos, dtype), jnp.asarray(qvel, dtype)
+
+
+def _mujoco_c(case, state, seconds, repeats):
+    """MuJoCo's C engine, one environment, stepped from Python: steps/s and the final qpos."""
+    mujoco, _ = _mujoco()
+    xml, qpos, qvel = case.mjcf(state)
+    model = mujoco.MjModel.from_xml_string(xml)
+    data = mujoco.MjData(model)
+    steps = round(seconds / case.dt)
+    times = []
+    for _ in range(repeats):
+        mujoco.mj_resetData(model, data)
+        data.qpos[:], data.qvel[:] = qpos, qvel
+        t = time.perf_counter()
+        for _ in range(steps):
+            mujoco.mj_step(model, data)
+        times.append(time.perf_counter() - t)
+    return {"steps_per_s": steps / statistics.median(times), "final_q": np.array(data.qpos)}
+
+
+def run(cases=tuple(CASES), dtypes=("float32", "float64"), batches=BATCHES, repeats=3, mjx_dtypes=("float32",)):
+    """Run the benchmark; returns the rows (dicts), one per (scene, simulator, dtype)."""
+    have_mujoco = _mujoco() is not None
+    rows = []
+    jobs = []
+    for key in cases:
+        case = CASES[key]()
+        for dtype in dtypes:
+            jobs.append((case, "jaxrbd", dtype))
+            if have_mujoco and dtype in mjx_dtypes:
+                jobs += [(case, name, dtype) for name in MJX_SETTINGS]
+        if have_mujoco:
+            jobs.append((case, "mujoco C", "float64"))
+    jobs.sort(key=lambda job: job[2])  # float32 first; x64 is switched per dtype
+    for case, simulator, dtype in tqdm(jobs, desc="benchmark"):
+        jax.config.update("jax_enable_x64", dtype == "float64")
+        steps = round(case.seconds / case.dt)
+        start = round(case.batch_start / case.dt)
+        _, state = case.scene()
+        jdtype = jnp.dtype(dtype)
+        if simulator == "mujoco C":
+            row = _mujoco_c(case, state, case.seconds, repeats)
+        else:
+            if simulator == "jaxrbd":
+                full, q0, v0 = _jaxrbd_rollout(case, jdtype)
+            else:
+                full, q0, v0 = _mjx_rollout(case, state, MJX_SETTINGS[simulator], jdtype)
+            row = _measure(full, q0, v0, steps, start, case.batch_steps, batches, repeats)
+            if simulator == "jaxrbd":
+                row["worst_residual"] = _worst_residual(case, jdtype, steps)
+        label, ours, theirs = case.answer
+        row["answer"] = (ours if simulator == "jaxrbd" else theirs)(row.pop("final_q"))
+        row.update(scene=case.name, simulator=simulator, dtype=dtype, answer_label=label, batch_steps=case.batch_steps)
+        rows.append(row)
+    return rows
+
+
+def _worst_residual(case, dtype, steps):
+    """The largest complementarity residual over the single-environment rollout."""
+    system, state = case.scene()
+    system = _cast(system, dtype)
+    state = State(jnp.zeros((), dtype), jnp.asarray(state.q, dtype), jnp.asarray(state.v, dtype))
+    traj = jax.jit(lambda s, x: simulate(s, x, dt=case.dt, steps=steps))(system, state)
+    return float(traj.stats.residual.max())
+
+
+def _cast(tree, dtype):
+    return jax.tree_util.tree_map(
+        lambda x: x.astype(dtype) if jnp.issubdtype(jnp.asarray(x).dtype, jnp.floating) else x, tree
+    )
