@@ -42,6 +42,8 @@ from .cones._base import contact_scale
 # scene of rigid bodies (sphere_grid(8) has 80 rows, sphere_grid(64) 640). Below
 # it the dense global Newton is both faster and exact.
 AUTO_SIZE = 300
+# Gauss-Seidel sweeps per step when contacts share bodies; one sweep is exact when they do not.
+COUPLED_SWEEPS = 100
 
 
 class ContactSweeps(eqx.Module):
@@ -54,13 +56,17 @@ class ContactSweeps(eqx.Module):
     impact law; other settings raise a ValueError naming the option.
 
     Attributes:
-        sweeps: static number of Gauss-Seidel sweeps per step (forward and adjoint).
-        iterations: static semismooth Newton iterations of each contact's LCP per sweep.
+        sweeps: static number of Gauss-Seidel sweeps per step (forward and adjoint);
+            None: one when no two contacts share a moving body (then one sweep is
+            exact), else `COUPLED_SWEEPS`.
+        iterations: static semismooth Newton iterations of each contact's LCP per
+            sweep, for cones whose directions are not a regular polygon; a regular
+            polygon (`PolyhedralCone(k)`) is solved exactly (`enumerate_contact`).
         fallback: solve a contact's LCP by Lemke when Newton leaves it above `tol`.
         tol: convergence tolerance of the step's natural residual (default by dtype).
     """
 
-    sweeps: int = eqx.field(static=True, default=8)
+    sweeps: int | None = eqx.field(static=True, default=None)
     iterations: int = eqx.field(static=True, default=6)
     fallback: bool = eqx.field(static=True, default=True)
     tol: float | None = eqx.field(static=True, default=None)
@@ -68,6 +74,8 @@ class ContactSweeps(eqx.Module):
     def __check_init__(self):
         for name in ("sweeps", "iterations"):
             value = getattr(self, name)
+            if value is None and name == "sweeps":
+                continue
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"ContactSweeps: {name} must be a positive integer, got {value!r}")
 
@@ -134,6 +142,10 @@ class Blocks(eqx.Module):
         L: (nc, m, m) the lam column and the cone row mu c_n - sum beta.
         bn: (nc,) the offset of the normal rows.
         active: (nc,) 1.0 for a contact in the step, 0.0 for one masked out.
+        mu: (nc,) friction coefficients.
+        S: (nc, k, 2) the scaled directions s_i = (e_t u_i1, e_o u_i2) when they form
+            a regular polygon (the exact local solver `enumerate_contact`); None
+            for other direction sets (local semismooth Newton).
         a, b: static body indices of each contact.
         colors: static colouring (`color_contacts`).
     """
@@ -146,6 +158,8 @@ class Blocks(eqx.Module):
     L: jax.Array
     bn: jax.Array
     active: jax.Array
+    mu: jax.Array
+    S: jax.Array | None
     a: tuple = eqx.field(static=True)
     b: tuple = eqx.field(static=True)
     colors: tuple = eqx.field(static=True)
@@ -191,11 +205,103 @@ class Blocks(eqx.Module):
         return act * A + (1.0 - act) * jnp.eye(A.shape[-1], dtype=A.dtype)
 
 
+def _inverse3(A):
+    """(..., 3, 3) inverses by the adjugate (closed form: no pivoting loop, vectorizes everywhere)."""
+    c = jnp.stack(
+        [jnp.cross(A[..., 1, :], A[..., 2, :]), jnp.cross(A[..., 2, :], A[..., 0, :]), jnp.cross(A[..., 0, :], A[..., 1, :])],
+        -1,
+    )
+    det = jnp.sum(A[..., 0, :] * c[..., :, 0], -1)
+    safe = jnp.where(det != 0, det, 1.0)
+    return c / safe[..., None, None]
+
+
+def enumerate_contact(W, u, mu, S, A, b):
+    """Exact solution of one contact's polyhedral-cone LCP by enumerating its pieces.
+
+    The impulse p = (c_n, c_t) of a contact with Delassus block W, free relative
+    velocity u (normal offset included) and a convex polygon of directions S (k, 2),
+    ordered by angle, is one of: zero (separation); W p = -u (sticking, c_t inside
+    the polygon, written on the two directions around it); c_t = mu c_n s_j on a
+    vertex (sliding against s_j); or on an edge between s_j and s_j+1. Each of those
+    2k + 2 candidates is a closed-form solve of at most 3 x 3; the one with the
+    smallest natural residual of the LCP (A, b) in z = [c_n, beta, lam] is returned.
+
+    Args (one contact; vmap for many): W (3, 3), u (3,), mu (), S (k, 2), A (m, m), b (m,).
+
+    Returns:
+        (z (m,), its natural residual).
+    """
+    k = S.shape[0]
+    dtype = W.dtype
+    e_n = jnp.array([1.0, 0.0, 0.0], dtype)
+    Sn = jnp.concatenate([jnp.zeros((k, 1), dtype), S], 1)  # (k, 3): the directions in (n, t, o)
+    Sn1 = jnp.roll(Sn, -1, axis=0)
+    idx = jnp.arange(k)
+
+    def lam_of(p):
+        vt = (W @ p + u)[1:]
+        return jnp.maximum(-jnp.min(S @ vt), 0.0)
+
+    def z_of(c_n, beta, lam):
+        return jnp.concatenate([c_n[None], beta, lam[None]])
+
+    # Sticking: W p = -u, c_t on the two directions of its sector.
+    p = -_inverse3(W) @ u
+    pair = jnp.stack([S, jnp.roll(S, -1, axis=0)], -1)  # (k, 2, 2): columns s_j, s_j+1
+    det = pair[:, 0, 0] * pair[:, 1, 1] - pair[:, 0, 1] * pair[:, 1, 0]
+    inv = jnp.stack([jnp.stack([pair[:, 1, 1], -pair[:, 0, 1]], -1), jnp.stack([-pair[:, 1, 0], pair[:, 0, 0]], -1)], -2)
+    coef = jnp.einsum("kij,j->ki", inv, p[1:]) / det[:, None]  # (k, 2)
+    j = jnp.argmax(jnp.min(coef, -1))
+    beta = jnp.zeros((k,), dtype).at[j].add(coef[j, 0]).at[(j + 1) % k].add(coef[j, 1])
+    stick = z_of(p[0], beta, jnp.zeros((), dtype))
+
+    # Sliding on vertex j: p = c_n (e_n + mu s_j), normal velocity zero.
+    d = e_n[None] + mu * Sn  # (k, 3)
+    c_n = -u[0] / jnp.einsum("kj,kj->k", d @ W.T, jnp.broadcast_to(e_n, d.shape))
+    vertex = jax.vmap(
+        lambda c, jj: z_of(c, mu * c * (idx == jj).astype(dtype), lam_of(c * (e_n + mu * Sn[jj])))
+    )(c_n, idx)
+
+    # Sliding on edge (j, j+1): x = (c_n, beta_j, beta_j+1) with w_n = 0, equal slip along s_j and s_j+1,
+    # and beta_j + beta_j+1 = mu c_n.
+    def edge(jj):
+        P = jnp.stack([e_n, Sn[jj], Sn1[jj]], -1)  # (3, 3)
+        WP = W @ P
+        diff = Sn[jj] - Sn1[jj]
+        M = jnp.stack([WP[0], diff @ WP, jnp.stack([mu, -1.0, -1.0]).astype(dtype)])
+        rhs = -jnp.stack([u[0], diff @ u, jnp.zeros((), dtype)])
+        x = _inverse3(M) @ rhs
+        beta = jnp.zeros((k,), dtype).at[jj].add(x[1]).at[(jj + 1) % k].add(x[2])
+        return z_of(x[0], beta, lam_of(P @ x))
+
+    edges = jax.vmap(edge)(idx)
+    separate = jnp.zeros((k + 2,), dtype).at[-1].set(lam_of(jnp.zeros((3,), dtype)))
+    candidates = jnp.concatenate([separate[None], stick[None], vertex, edges])
+    candidates = jnp.where(jnp.isfinite(candidates), candidates, jnp.inf)
+    w = candidates @ A.T + b
+    residual = jnp.max(jnp.abs(jnp.minimum(candidates, w)), -1)
+    best = jnp.argmin(residual)
+    return candidates[best], residual[best]
+
+
 def _gauss_seidel(blocks, z, solver):
     """`solver.sweeps` coloured block Gauss-Seidel sweeps from z; returns (z, any Lemke fallback)."""
     W = blocks.delassus()
     A = blocks.diagonal(W)
-    local = jax.vmap(solver.local.run)
+    sweeps = solver.sweeps or (1 if len(blocks.colors) == 1 else COUPLED_SWEEPS)
+    if blocks.S is not None:
+        exact = jax.vmap(enumerate_contact)
+
+        def local(prob, zc, idx, own_u):
+            z_new, _ = exact(W[idx], own_u, blocks.mu[idx], blocks.S[idx], prob.A, prob.b)
+            return z_new, jnp.zeros((), bool)
+    else:
+        newton = jax.vmap(solver.local.run)
+
+        def local(prob, zc, idx, own_u):
+            raw = newton(prob, zc)
+            return raw.z, jnp.any(raw.fallback)
 
     def sweep(carry, _):
         v, z, fallback = carry
@@ -204,16 +310,16 @@ def _gauss_seidel(blocks, z, solver):
             zc = z[idx]
             p = jnp.einsum("crm,cm->cr", blocks.K[idx], zc)
             own = jnp.einsum("crs,cs->cr", W[idx], p)
-            b = blocks._local(blocks.rows(v, idx) - own, jnp.zeros_like(zc), idx)
-            raw = local(LCP(A[idx], b), zc)
-            dz = raw.z - zc
-            dp = jnp.zeros((z.shape[0], 3), z.dtype).at[idx].set(jnp.einsum("crm,cm->cr", blocks.K[idx], dz))
+            free = blocks.rows(v, idx) - own
+            b = blocks._local(free, jnp.zeros_like(zc), idx)
+            z_new, used_fallback = local(LCP(A[idx], b), zc, idx, free.at[:, 0].add(blocks.bn[idx]))
+            dp = jnp.zeros((z.shape[0], 3), z.dtype).at[idx].set(jnp.einsum("crm,cm->cr", blocks.K[idx], z_new - zc))
             v = v + blocks._apply(dp)
-            z = z.at[idx].set(raw.z)
-            fallback = fallback | jnp.any(raw.fallback)
+            z = z.at[idx].set(z_new)
+            fallback = fallback | used_fallback
         return (v, z, fallback), None
 
-    (_, z, fallback), _ = jax.lax.scan(sweep, (blocks.velocity(z), z, jnp.array(False)), None, length=solver.sweeps)
+    (_, z, fallback), _ = jax.lax.scan(sweep, (blocks.velocity(z), z, jnp.array(False)), None, length=sweeps)
     return z, fallback
 
 
@@ -258,7 +364,7 @@ def _solve_bwd(z, cotangents, perturbed, blocks, z0, solver):
     del perturbed, z0
     z_bar = cotangents[0]
     z_bar = jnp.where(jnp.isfinite(z_bar), z_bar, 0.0)
-    y = _adjoint(blocks, z, z_bar, solver.sweeps)
+    y = _adjoint(blocks, z, z_bar, solver.sweeps or (1 if len(blocks.colors) == 1 else COUPLED_SWEEPS))
     _, pullback = eqx.filter_vjp(lambda bl: bl.F(z), blocks)
     (blocks_bar,) = pullback(-y)
     return blocks_bar
@@ -338,6 +444,8 @@ def step_blocks(system, state, z0, *, dt, scheme, solver, cone):
         L=L,
         bn=bn,
         active=jax.lax.stop_gradient(active.astype(dtype)),
+        mu=system.mu.astype(dtype),
+        S=jnp.einsum("kd,cd->ckd", U, scale) if _regular_polygon(cone) else None,
         a=tuple(int(i) for i in a),
         b=tuple(int(i) for i in b),
         colors=_colors(model),
@@ -361,6 +469,13 @@ def step_blocks(system, state, z0, *, dt, scheme, solver, cone):
         joint_violation=jnp.zeros((), dtype),
     )
     return type(state)(t + dt, q_next, v_next), z, impulses, stats
+
+
+def _regular_polygon(cone):
+    """Whether the cone's directions are the regular polygon of `PolyhedralCone(k)` (in angle order)."""
+    from .cones._polyhedral import polygon_directions
+
+    return np.allclose(cone.U, polygon_directions(cone.k))
 
 
 def _colors(model):
