@@ -1,0 +1,186 @@
+"""The sparse solver `ContactSweeps`: the same answers, residuals and gradients as the dense step.
+
+Physics is checked against the dense global Newton (exact on these sizes) and the
+exact solutions of BENCHMARKS.md; the local solver against Lemke.
+"""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxrbd as rbd
+from jaxrbd._sweeps import AUTO_SIZE, color_contacts, enumerate_contact
+from jaxrbd.cones._polyhedral import polygon_directions
+from jaxrbd.stepping import _choose_solver
+
+jax.config.update("jax_enable_x64", True)
+
+TOL = 1e-10  # the float64 solver tolerance
+
+
+def _local_lcp(W, u, mu, S):
+    k = S.shape[0]
+    K = np.zeros((3, k + 2))
+    K[0, 0] = 1.0
+    K[1:, 1 : k + 1] = S.T
+    L = np.zeros((k + 2, k + 2))
+    L[1 : k + 1, k + 1] = 1.0
+    L[k + 1, 0] = mu
+    L[k + 1, 1 : k + 1] = -1.0
+    return K, K.T @ W @ K + L, K.T @ u
+
+
+@pytest.mark.parametrize("k, scales", [(8, (1.0, 1.0)), (5, (1.0, 1.0)), (8, (1.0, 0.5))])
+def test_enumeration_solves_every_contact_lcp_as_lemke_does(k, scales):
+    rng = np.random.default_rng(k)
+    S = polygon_directions(k) * np.asarray(scales)
+    X = rng.normal(size=(200, 3, 3))
+    W = X @ np.swapaxes(X, 1, 2) + 0.05 * np.eye(3)
+    u, mu = rng.normal(size=(200, 3)), rng.uniform(0.0, 1.5, size=200)
+    K, A, b = (np.stack(x) for x in zip(*[_local_lcp(W[i], u[i], mu[i], S) for i in range(200)]))
+    z, residual = jax.jit(jax.vmap(enumerate_contact, in_axes=(0, 0, 0, None, 0, 0)))(W, u, mu, S, A, b)
+    assert float(residual.max()) <= 1e-12 * max(1.0, np.abs(b).max())
+    assert float(z.min()) >= -1e-12
+    # A ball's contact (W diagonal in (n, t, o)) has a unique impulse: compare it with Lemke's.
+    # (A general W couples normal and tangential slip and may admit several solutions.)
+    W = np.einsum("ci,ij->cij", 0.1 + rng.uniform(size=(200, 3)), np.eye(3))
+    K, A, b = (np.stack(x) for x in zip(*[_local_lcp(W[i], u[i], mu[i], S) for i in range(200)]))
+    z, residual = jax.jit(jax.vmap(enumerate_contact, in_axes=(0, 0, 0, None, 0, 0)))(W, u, mu, S, A, b)
+    assert float(residual.max()) <= 1e-12 * max(1.0, np.abs(b).max())
+    lemke = jax.jit(jax.vmap(lambda A, b: rbd.solve_lcp(A, b, solver=rbd.Lemke()).z))(A, b)
+    np.testing.assert_allclose(np.einsum("crm,cm->cr", K, z), np.einsum("crm,cm->cr", K, lemke), atol=1e-9)
+
+
+def test_colouring_never_puts_two_contacts_of_a_body_together():
+    a = np.array([0, 0, 1, 2, 3, 1, 4])
+    b = np.array([5, 1, 2, 3, 5, 5, 5])  # 5 is the world
+    colors = color_contacts(a, b, 5)
+    assert sorted(c for color in colors for c in color) == list(range(7))
+    for color in colors:
+        bodies = [k for c in color for k in (a[c], b[c]) if k < 5]
+        assert len(bodies) == len(set(bodies))
+    # Contacts with the world only on distinct bodies: one colour, so one sweep is exact.
+    assert len(color_contacts(np.arange(4), np.full(4, 4), 4)) == 1
+
+
+@pytest.fixture(scope="module")
+def rollout():
+    return jax.jit(rbd.simulate, static_argnames=("dt", "steps", "solver"))
+
+
+def _agree(rollout, scene, dt, steps, atol):
+    dense = rollout(*scene, dt=dt, steps=steps, solver=rbd.SemismoothNewton())
+    sparse = rollout(*scene, dt=dt, steps=steps, solver=rbd.ContactSweeps())
+    assert bool(jnp.all(sparse.stats.converged))
+    assert float(sparse.stats.residual.max()) <= TOL  # every step
+    np.testing.assert_allclose(sparse.q, dense.q, atol=atol)
+    np.testing.assert_allclose(sparse.v, dense.v, atol=atol)
+    np.testing.assert_allclose(sparse.impulses.normal, dense.impulses.normal, atol=atol)
+    return sparse
+
+
+def test_sphere_grid_matches_the_dense_step(rollout):
+    traj = _agree(rollout, rbd.scenes.sphere_grid(8), 0.01, 60, 1e-12)
+    np.testing.assert_allclose(traj.q[-1, 2::7], 0.1, atol=1e-12)  # at rest on the table
+
+
+def test_four_balls_match_the_dense_step(rollout):
+    """P2: seven contacts that share balls (several colours, 100 sweeps per step)."""
+    traj = _agree(rollout, rbd.scenes.four_balls(), 0.005, 200, 1e-9)
+    assert float(traj.q[-1, 7]) > 1.0  # the struck ball has moved in +x
+
+
+def test_cube_on_incline_does_not_creep(rollout):
+    """mu > tan(theta), started at rest: less than 1e-10 m in 10 s (h = 0.01)."""
+    scene = rbd.scenes.block_on_incline(math.radians(30.0), 0.8)
+    traj = rollout(*scene, dt=0.01, steps=1000, solver=rbd.ContactSweeps())
+    assert float(traj.stats.residual.max()) <= TOL
+    assert float(jnp.max(jnp.linalg.norm(traj.q[:, :3] - traj.q[0, :3], axis=1))) < 1e-10
+
+
+def test_cube_slides_with_the_exact_acceleration(rollout):
+    """mu < tan(theta), a direction along the slope: a = g (sin - mu cos) to 1e-6 relative."""
+    angle, mu, h = math.radians(30.0), 0.3, 0.01
+    traj = rollout(*rbd.scenes.block_on_incline(angle, mu), dt=h, steps=40, solver=rbd.ContactSweeps())
+    assert float(traj.stats.residual.max()) <= TOL
+    uphill = np.array([math.cos(angle), 0.0, math.sin(angle)])
+    speed = -np.asarray(traj.v[:, :3]) @ uphill
+    exact = 9.81 * (math.sin(angle) - mu * math.cos(angle))
+    np.testing.assert_allclose(np.diff(speed) / h, exact, rtol=1e-6)
+
+
+def test_custom_directions_use_the_local_newton(rollout):
+    """Directions that are not a regular polygon: local semismooth Newton, same answer as dense."""
+    directions = np.array([[1.0, 0.0], [0.3, 1.0], [-1.0, 0.2], [-0.2, -1.0], [0.8, -0.6]])
+    directions /= np.linalg.norm(directions, axis=1, keepdims=True)
+    b = rbd.SceneBuilder(mu=0.3, friction=rbd.PolyhedralCone(directions=directions), collide_bodies=False)
+    b.add_static("table", rbd.Plane())
+    for i in range(3):
+        b.add_body(f"ball{i}", rbd.Sphere(0.1), mass=1.0, position=(0.5 * i, 0.0, 0.1), velocity=(1.0, 0.5 * i, 0.0))
+    _agree(rollout, b.build(), 0.01, 30, 1e-10)
+
+
+def _final_x(mu, v0, solver):
+    system, state = rbd.scenes.block_on_incline(math.radians(20.0), mu, speed=v0)
+    traj = rbd.simulate(system, state, dt=0.01, steps=20, solver=solver)
+    return traj.q[-1, 0]
+
+
+def test_gradients_match_central_differences():
+    """d x / d mu and d x / d v0 of a cube sliding up the incline (it stops after 0.24 s; we run 0.2 s)."""
+    solver = rbd.ContactSweeps()
+    grad = jax.jit(jax.grad(_final_x, argnums=(0, 1)), static_argnums=2)(0.3, 1.5, solver)
+    f = jax.jit(_final_x, static_argnums=2)
+    eps = 1e-6
+    fd = (
+        (f(0.3 + eps, 1.5, solver) - f(0.3 - eps, 1.5, solver)) / (2 * eps),
+        (f(0.3, 1.5 + eps, solver) - f(0.3, 1.5 - eps, solver)) / (2 * eps),
+    )
+    np.testing.assert_allclose(np.array(grad), np.array(fd), rtol=1e-4)
+    assert abs(float(fd[0])) > 1e-3  # mu matters here
+
+
+def test_gradient_is_finite_at_rest_on_the_table():
+    """Sticking and resting contacts (degenerate multipliers): the gradient stays finite."""
+
+    def height(mu, v0):
+        system, state = rbd.scenes.sphere_grid(4, mu=mu, height=0.1)
+        state = rbd.State(state.t, state.q, state.v.at[0].set(v0))
+        return rbd.simulate(system, state, dt=0.01, steps=20, solver=rbd.ContactSweeps()).q[-1].sum()
+
+    grad = jax.jit(jax.grad(height, argnums=(0, 1)))(0.5, 0.0)
+    assert all(np.isfinite(float(g)) for g in grad)
+
+
+def test_large_body_scenes_pick_the_sparse_solver():
+    small, large = rbd.scenes.sphere_grid(8), rbd.scenes.sphere_grid(64)
+    choose = lambda scene: _choose_solver(
+        scene.system, rbd.PolyhedralCone(8), rbd.StewartTrinkle(), None, None, 0.0
+    )
+    assert 8 * 10 <= AUTO_SIZE < 64 * 10
+    assert isinstance(choose(small), rbd.SemismoothNewton)
+    assert isinstance(choose(large), rbd.ContactSweeps)
+
+
+@pytest.mark.parametrize(
+    "scene, options, message",
+    [
+        (lambda: rbd.scenes.falling_rod(), {}, "SceneBuilder"),
+        (lambda: rbd.scenes.sphere_grid(2), {"restitution": rbd.Newton()}, "impact law"),
+        (lambda: rbd.scenes.sphere_grid(2), {"friction": rbd.EllipticCone()}, "polyhedral cone"),
+        (lambda: rbd.scenes.pendulum(), {}, "joints"),
+    ],
+)
+def test_unsupported_settings_are_named(scene, options, message):
+    with pytest.raises(ValueError, match=message):
+        rbd.simulate(*scene(), dt=0.01, steps=2, solver=rbd.ContactSweeps(), **options)
+
+
+def test_bad_options_are_named():
+    with pytest.raises(ValueError, match="sweeps must be a positive integer"):
+        rbd.ContactSweeps(sweeps=0)
+    with pytest.raises(ValueError, match="iterations must be a positive integer"):
+        rbd.ContactSweeps(iterations=1.5)
