@@ -31,18 +31,32 @@ def main(argv=None):
     fit.add_argument("--radius", type=float, default=0.1, help="bouncing_ball: the ball's radius (default 0.1)")
     fit.add_argument("--out", default="out", help="output folder for fit.json and fit.png (default: out)")
     fit.add_argument("--force", action="store_true", help="overwrite an existing fit.json")
-    bench = sub.add_parser("bench", help="print the performance tables: falling-rod rollout, then LCP solvers by size")
-    bench.add_argument("--out", default=None, help="also write the table to this JSON file")
-    bench.add_argument("--batch", type=int, default=256)
-    bench.add_argument("--repeats", type=int, default=3)
+    bench = sub.add_parser(
+        "bench",
+        help="the scene benchmark beside MuJoCo MJX and MuJoCo C (sphere_grid(64), four_balls, falling rod, "
+        "cube on incline): compile time, steps/s, batched env-steps/s, gradient cost, memory, answers; "
+        "then the scaling with the number of spheres",
+    )
+    bench.add_argument("--out", default="bench.json", help="write the numbers to this JSON file (default bench.json)")
+    bench.add_argument("--plot", default="scaling.png", help="the scaling plot (default scaling.png)")
     bench.add_argument(
-        "--rod-only", action="store_true", help="only the falling-rod rollout table (skip the LCP sizes)"
+        "--scenes", nargs="*", default=None, help="subset of: sphere_grid four_balls falling_rod incline"
+    )
+    bench.add_argument("--batches", type=int, nargs="*", default=[64, 512, 4096])
+    bench.add_argument("--repeats", type=int, default=3, help="timed runs per figure after warm-up (median)")
+    bench.add_argument("--no-scaling", action="store_true", help="skip the scaling study")
+    bench.add_argument(
+        "--solvers",
+        action="store_true",
+        help="instead: the LCP solver table by problem size and the falling-rod rollout",
     )
     args = parser.parse_args(argv)
 
     import jax
 
     jax.config.update("jax_enable_x64", not args.float32)
+    if args.command != "bench":  # the benchmark measures compile time: no cache there
+        _enable_compilation_cache(jax)
     if args.command == "demo":
         from ._demo import run_demo
 
@@ -70,9 +84,37 @@ def main(argv=None):
             print(f"jaxrbd fit: error: {err}", file=sys.stderr)
             raise SystemExit(2) from None
     elif args.command == "bench":
-        from ._bench import main as bench_main
+        if args.solvers:
+            from ._bench import main as bench_main
 
-        bench_main(out=args.out, batch=args.batch, repeats=args.repeats, solvers=not args.rod_only)
+            bench_main(out=args.out)
+        else:
+            from ._scenebench import CASES
+            from ._scenebench import main as scene_main
+
+            cases = tuple(CASES) if args.scenes is None else tuple(args.scenes)
+            unknown = set(cases) - set(CASES)
+            if unknown:
+                parser.error(f"unknown scenes {sorted(unknown)}; choose from {list(CASES)}")
+            dtypes = ("float32",) if args.float32 else ("float32", "float64")
+            scene_main(
+                out=args.out,
+                plot=args.plot,
+                cases=cases,
+                dtypes=dtypes,
+                batches=tuple(args.batches),
+                repeats=args.repeats,
+                scale=not args.no_scaling,
+            )
+
+
+def _enable_compilation_cache(jax):
+    """Keep compiled programs on disk between runs (JAXRBD_CACHE_DIR, default ~/.cache/jaxrbd/xla)."""
+    import os
+
+    path = os.environ.get("JAXRBD_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "jaxrbd", "xla"))
+    jax.config.update("jax_compilation_cache_dir", path)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
 
 
 if __name__ == "__main__":

@@ -107,7 +107,9 @@ def _grid_case(n=64):
     def mjcf(state):
         x = np.asarray(state.q).reshape(n, 7)[:, :3]
         bodies = [_ball(f"b{i}", x[i]) for i in range(n)]
-        xml = _mjcf(0.01, bodies, '<geom name="table" type="plane" size="0 0 1"/>', [("table", f"b{i}", mu) for i in range(n)])
+        xml = _mjcf(
+            0.01, bodies, '<geom name="table" type="plane" size="0 0 1"/>', [("table", f"b{i}", mu) for i in range(n)]
+        )
         return (xml, *_free_qpos(state, n))
 
     return Case(
@@ -191,7 +193,9 @@ def _incline_case():
             '<geom name="cube" type="box" size="0.05 0.05 0.05" mass="1"/></body>'
         )
         n = " ".join(str(c) for c in normal)
-        xml = _mjcf(0.01, [body], f'<geom name="incline" type="plane" size="0 0 1" zaxis="{n}"/>', [("incline", "cube", mu)])
+        xml = _mjcf(
+            0.01, [body], f'<geom name="incline" type="plane" size="0 0 1" zaxis="{n}"/>', [("incline", "cube", mu)]
+        )
         return (xml, *_free_qpos(state, 1))
 
     x0 = np.asarray(scenes.block_on_incline(angle, mu).state.q)[:3]
@@ -346,6 +350,7 @@ def run(cases=tuple(CASES), dtypes=("float32", "float64"), batches=BATCHES, repe
         label, ours, theirs = case.answer
         row["answer"] = (ours if simulator == "jaxrbd" else theirs)(row.pop("final_q"))
         row.update(scene=case.name, simulator=simulator, dtype=dtype, answer_label=label, batch_steps=case.batch_steps)
+        row["batches"] = row.get("batches", {})
         rows.append(row)
     return rows
 
@@ -363,3 +368,129 @@ def _cast(tree, dtype):
     return jax.tree_util.tree_map(
         lambda x: x.astype(dtype) if jnp.issubdtype(jnp.asarray(x).dtype, jnp.floating) else x, tree
     )
+
+
+def scaling(ns=(8, 64, 512), steps=50, repeats=3):
+    """Cost per step of `sphere_grid(n)` on `ContactSweeps` (the route is forced for every n).
+
+    Returns {"n": [...], "ms_per_step": [...], "exponent": slope of log(cost) on log(n)}.
+    """
+    from ._sweeps import ContactSweeps
+
+    costs = []
+    for n in tqdm(ns, desc="scaling"):
+        system, state = scenes.sphere_grid(n)
+        f = jax.jit(lambda s, x: simulate(s, x, dt=0.01, steps=steps, solver=ContactSweeps()).q[-1])
+        costs.append(1e3 * _median_time(f, system, state, repeats=repeats) / steps)
+    exponent = float(np.polyfit(np.log(ns), np.log(costs), 1)[0])
+    return {"n": list(ns), "ms_per_step": costs, "exponent": exponent}
+
+
+def plot_scaling(result, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n, cost = np.array(result["n"]), np.array(result["ms_per_step"])
+    fig, ax = plt.subplots(figsize=(5, 3.6))
+    ax.loglog(n, cost, "o-", label=f"jaxrbd ContactSweeps (slope {result['exponent']:.2f})")
+    ax.loglog(n, cost[0] * n / n[0], "k:", label="linear")
+    ax.set_xlabel("spheres n (= contacts)")
+    ax.set_ylabel("ms per step")
+    ax.set_title(f"sphere_grid(n), one environment, {jax.default_backend()}")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _rate(x):
+    return "-" if x is None else f"{x:,.0f}"
+
+
+def format_rows(rows, batches=BATCHES):
+    """The table: one line per (scene, simulator, dtype), then the ratios on sphere_grid."""
+    head = (
+        f"{'scene':<17} {'simulator':<12} {'dtype':<8} {'compile s':>9} {'steps/s':>9} "
+        + " ".join(f"{'B=' + str(b):>10}" for b in batches)
+        + f" {'grad/fwd':>8} {'mem MB':>7}  answer"
+    )
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        grad = f"{r['grad_over_forward']:.2f}" if "grad_over_forward" in r else ("n/a" if "grad_error" in r else "-")
+        mem = f"{r['memory_bytes'] / 2**20:.1f}" if r.get("memory_bytes") else "-"
+        compile_s = f"{r['compile_s']:.1f}" if "compile_s" in r else "-"
+        cols = " ".join(f"{_rate(r.get('batches', {}).get(b)):>10}" for b in batches)
+        lines.append(
+            f"{r['scene']:<17} {r['simulator']:<12} {r['dtype']:<8} {compile_s:>9} {r['steps_per_s']:>9,.0f} "
+            f"{cols} {grad:>8} {mem:>7}  {r['answer']}"
+        )
+    return "\n".join(lines)
+
+
+def ratios(rows, scene="sphere_grid(64)", dtype="float32", batch=4096):
+    """jaxrbd's throughput over each other simulator's on one scene (single env and the batch)."""
+    by = {(r["scene"], r["simulator"], r["dtype"]): r for r in rows}
+    ours = by.get((scene, "jaxrbd", dtype))
+    if ours is None:
+        return {}
+    out = {}
+    for name in (*MJX_SETTINGS, "mujoco C"):
+        theirs = by.get((scene, name, dtype)) or by.get((scene, name, "float64"))
+        if theirs is None:
+            continue
+        entry = {"single": ours["steps_per_s"] / theirs["steps_per_s"]}
+        if batch in theirs.get("batches", {}) and batch in ours["batches"]:
+            entry["batch"] = ours["batches"][batch] / theirs["batches"][batch]
+        elif name == "mujoco C" and batch in ours["batches"]:
+            entry["batch"] = ours["batches"][batch] / theirs["steps_per_s"]  # one C thread
+        out[name] = entry
+    return out
+
+
+def main(
+    out=None, plot=None, cases=tuple(CASES), dtypes=("float32", "float64"), batches=BATCHES, repeats=3, scale=True
+):
+    """Run everything, print the tables, write JSON (and the scaling plot)."""
+    import json
+    import platform
+
+    import jaxlib
+
+    info = {
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": f"{platform.processor() or platform.machine()}, {jax.device_count()} x {jax.devices()[0].device_kind}",
+        "backend": jax.default_backend(),
+        "jax": jax.__version__,
+        "jaxlib": jaxlib.__version__,
+    }
+    mj = _mujoco()
+    if mj is None:
+        print("mujoco / mujoco-mjx are not installed (pip install -e .[bench]): reporting jaxrbd alone")
+    else:
+        info["mujoco"] = mj[0].__version__
+    rows = run(cases=cases, dtypes=dtypes, batches=batches, repeats=repeats)
+    print(" ".join(f"{k}: {v};" for k, v in info.items()))
+    print("float64 is jaxrbd's default (the tests); MJX runs in its usual float32. Batched columns: env-steps/s;")
+    print("single: steps/s of one environment in a jitted lax.scan rollout of 1 s; grad/fwd: reverse-mode")
+    print("gradient of that rollout over the rollout; mem: XLA's estimate for the largest batch.")
+    print(format_rows(rows, batches))
+    result = {"info": info, "rows": rows, "ratios": ratios(rows, batch=max(batches))}
+    for name, r in result["ratios"].items():
+        print(f"sphere_grid(64) float32: jaxrbd / {name}: " + ", ".join(f"{k} {v:.1f}x" for k, v in r.items()))
+    if scale:
+        jax.config.update("jax_enable_x64", True)
+        result["scaling"] = scaling()
+        s = result["scaling"]
+        print(
+            "scaling, sphere_grid(n) on ContactSweeps, float64: "
+            + ", ".join(f"n={n}: {c:.3f} ms/step" for n, c in zip(s["n"], s["ms_per_step"]))
+            + f"; fitted exponent {s['exponent']:.2f}"
+        )
+        if plot is not None:
+            plot_scaling(s, plot)
+    if out is not None:
+        with open(out, "w") as f:
+            json.dump(result, f, indent=1, default=float)
+    return result

@@ -208,7 +208,11 @@ class Blocks(eqx.Module):
 def _inverse3(A):
     """(..., 3, 3) inverses by the adjugate (closed form: no pivoting loop, vectorizes everywhere)."""
     c = jnp.stack(
-        [jnp.cross(A[..., 1, :], A[..., 2, :]), jnp.cross(A[..., 2, :], A[..., 0, :]), jnp.cross(A[..., 0, :], A[..., 1, :])],
+        [
+            jnp.cross(A[..., 1, :], A[..., 2, :]),
+            jnp.cross(A[..., 2, :], A[..., 0, :]),
+            jnp.cross(A[..., 0, :], A[..., 1, :]),
+        ],
         -1,
     )
     det = jnp.sum(A[..., 0, :] * c[..., :, 0], -1)
@@ -250,7 +254,9 @@ def enumerate_contact(W, u, mu, S, A, b):
     p = -_inverse3(W) @ u
     pair = jnp.stack([S, jnp.roll(S, -1, axis=0)], -1)  # (k, 2, 2): columns s_j, s_j+1
     det = pair[:, 0, 0] * pair[:, 1, 1] - pair[:, 0, 1] * pair[:, 1, 0]
-    inv = jnp.stack([jnp.stack([pair[:, 1, 1], -pair[:, 0, 1]], -1), jnp.stack([-pair[:, 1, 0], pair[:, 0, 0]], -1)], -2)
+    inv = jnp.stack(
+        [jnp.stack([pair[:, 1, 1], -pair[:, 0, 1]], -1), jnp.stack([-pair[:, 1, 0], pair[:, 0, 0]], -1)], -2
+    )
     coef = jnp.einsum("kij,j->ki", inv, p[1:]) / det[:, None]  # (k, 2)
     j = jnp.argmax(jnp.min(coef, -1))
     beta = jnp.zeros((k,), dtype).at[j].add(coef[j, 0]).at[(j + 1) % k].add(coef[j, 1])
@@ -259,9 +265,9 @@ def enumerate_contact(W, u, mu, S, A, b):
     # Sliding on vertex j: p = c_n (e_n + mu s_j), normal velocity zero.
     d = e_n[None] + mu * Sn  # (k, 3)
     c_n = -u[0] / jnp.einsum("kj,kj->k", d @ W.T, jnp.broadcast_to(e_n, d.shape))
-    vertex = jax.vmap(
-        lambda c, jj: z_of(c, mu * c * (idx == jj).astype(dtype), lam_of(c * (e_n + mu * Sn[jj])))
-    )(c_n, idx)
+    vertex = jax.vmap(lambda c, jj: z_of(c, mu * c * (idx == jj).astype(dtype), lam_of(c * (e_n + mu * Sn[jj]))))(
+        c_n, idx
+    )
 
     # Sliding on edge (j, j+1): x = (c_n, beta_j, beta_j+1) with w_n = 0, equal slip along s_j and s_j+1,
     # and beta_j + beta_j+1 = mu c_n.
