@@ -215,8 +215,9 @@ def _incline_case():
 CASES = {"sphere_grid": _grid_case, "four_balls": _four_balls_case, "falling_rod": _rod_case, "incline": _incline_case}
 
 
-def _median_time(f, *args, repeats):
-    jax.block_until_ready(f(*args))
+def _median_time(f, *args, repeats, warmup=True):
+    if warmup:
+        jax.block_until_ready(f(*args))
     times = []
     for _ in range(repeats):
         t = time.perf_counter()
@@ -257,24 +258,38 @@ def _measure(full, q0, v0, steps, batch_start, batch_steps, batches, repeats):
     row["final_q"] = np.asarray(compiled(q0, v0))
     try:
         grad, row["grad_compile_s"] = _compile(jax.grad(lambda q, v: jnp.sum(rollout(q, v, steps))), q0, v0)
-        row["grad_over_forward"] = _median_time(grad, q0, v0, repeats=repeats) / elapsed
+        row["grad_over_forward"] = _median_time(grad, q0, v0, repeats=1) / elapsed
     except Exception as err:  # MJX's solver loop is not reverse-differentiable
         row["grad_error"] = f"{type(err).__name__}: {str(err).splitlines()[0][:80]}"
     row["batches"] = {}
     for batch in batches:
+        # About the same work per batch: fewer steps for the larger ones (at least 2). The call
+        # is compiled ahead of time, so the timed runs need no warm-up.
+        n = max(2, batch_steps * min(batches) // batch)
         qs, vs = _batch_of(batch_q, batch), jnp.broadcast_to(batch_v, (batch,) + batch_v.shape)
-        many, _ = _compile(jax.vmap(lambda q, v: rollout(q, v, batch_steps)), qs, vs)
-        row["batches"][batch] = batch * batch_steps / _median_time(many, qs, vs, repeats=max(1, repeats // 2))
+        many, _ = _compile(jax.vmap(lambda q, v, n=n: rollout(q, v, n)), qs, vs)
+        row["batches"][batch] = batch * n / _median_time(many, qs, vs, repeats=1, warmup=False)
         row["memory_bytes"] = _memory(many)
     return row
+
+
+def _solver(system, q):
+    """`ContactSweeps` for a scene of rigid bodies it supports (the batched dense Newton is far slower); else the default."""
+    from ._sweeps import ContactSweeps, unsupported
+    from .stepping import StewartTrinkle, friction_cone
+
+    if unsupported(system, friction_cone(system, q), StewartTrinkle(), None, 0.0) is not None:
+        return None
+    return ContactSweeps()
 
 
 def _jaxrbd_rollout(case, dtype):
     system, state = case.scene()
     system = _cast(system, dtype)
+    solver = _solver(system, state.q)
 
     def rollout(q, v, steps):
-        traj = simulate(system, State(jnp.zeros((), dtype), q, v), dt=case.dt, steps=steps)
+        traj = simulate(system, State(jnp.zeros((), dtype), q, v), dt=case.dt, steps=steps, solver=solver)
         return traj.q[-1], traj.v[-1]
 
     return rollout, jnp.asarray(state.q, dtype), jnp.asarray(state.v, dtype)
@@ -360,7 +375,8 @@ def _worst_residual(case, dtype, steps):
     system, state = case.scene()
     system = _cast(system, dtype)
     state = State(jnp.zeros((), dtype), jnp.asarray(state.q, dtype), jnp.asarray(state.v, dtype))
-    traj = jax.jit(lambda s, x: simulate(s, x, dt=case.dt, steps=steps))(system, state)
+    solver = _solver(system, state.q)
+    traj = jax.jit(lambda s, x: simulate(s, x, dt=case.dt, steps=steps, solver=solver))(system, state)
     return float(traj.stats.residual.max())
 
 

@@ -78,3 +78,25 @@ def test_reproduce_painleve_and_spinning_sphere(tmp_path):
     assert (tmp_path / "spinning_sphere.png").stat().st_size > 0
     with pytest.raises(ValueError, match="NAME must be one of"):
         run_reproduce("rolling", out=str(tmp_path))
+
+
+def test_bench_prints_and_writes_the_scene_table(tmp_path, capsys):
+    """`jaxrbd bench` on one small scene; without the [bench] extra it says so and reports jaxrbd alone."""
+    import importlib.util
+
+    out = tmp_path / "bench.json"
+    args = ["--float32", "bench", "--scenes", "incline", "--batches", "2", "--repeats", "1", "--no-scaling"]
+    try:
+        main([*args, "--out", str(out)])
+    finally:
+        jax.config.update("jax_enable_x64", True)
+    printed = capsys.readouterr().out
+    if importlib.util.find_spec("mujoco") is None:
+        assert "mujoco / mujoco-mjx are not installed" in printed
+    assert "cube on incline" in printed
+    rows = json.loads(out.read_text())["rows"]
+    ours = next(r for r in rows if r["simulator"] == "jaxrbd")
+    assert ours["dtype"] == "float32" and ours["steps_per_s"] > 0 and ours["batches"]["2"] > 0
+    assert ours["worst_residual"] <= 1e-5  # the float32 tolerance, over the whole 1 s rollout
+    assert abs(ours["answer"]) < 1e-6  # mu > tan(theta): the cube stays put
+    assert ours["grad_over_forward"] > 0
