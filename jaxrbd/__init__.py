@@ -7,6 +7,7 @@ from . import cones as cones
 from . import geometry as geometry
 from . import scenes as scenes
 from . import sysid as sysid
+from ._broadphase import BroadPhase as BroadPhase
 from ._problems import LCP as LCP
 from ._problems import NCP as NCP
 from ._problems import FrictionLCP as FrictionLCP

@@ -84,6 +84,33 @@ class ContactSweeps(eqx.Module):
         return SemismoothNewton(iterations=self.iterations, fallback=self.fallback)
 
 
+# Colours available to the traced colouring of a broad phase's contact slots; a
+# body touching more contacts than this would make two of them share a colour
+# (the step's residual would then show it).
+MAX_COLORS = 64
+
+
+def color_slots(a, b, nbodies):
+    """(nc,) int32 greedy colours of contacts whose bodies a, b (nc,) are traced.
+
+    The same greedy rule as `color_contacts`, in a `lax.scan` over the contacts
+    with a table of the colours each body already has (the world, index nbodies,
+    never conflicts).
+    """
+    ncolors = min(a.shape[0], MAX_COLORS)
+
+    def add(used, ab):
+        i, j = ab
+        color = jnp.argmin(used[i] | used[j])
+        mark = jnp.arange(ncolors) == color
+        used = used.at[i].set(used[i] | (mark & (i < nbodies)))
+        used = used.at[j].set(used[j] | (mark & (j < nbodies)))
+        return used, color.astype(jnp.int32)
+
+    used = jnp.zeros((nbodies + 1, ncolors), bool)
+    return jax.lax.scan(add, used, (a, b))[1]
+
+
 def color_contacts(a, b, nbodies):
     """Greedy colouring of the contacts: two contacts sharing a moving body get different colours.
 
@@ -146,8 +173,11 @@ class Blocks(eqx.Module):
         S: (nc, k, 2) the scaled directions s_i = (e_t u_i1, e_o u_i2) when they form
             a regular polygon (the exact local solver `enumerate_contact`); None
             for other direction sets (local semismooth Newton).
-        a, b: static body indices of each contact.
-        colors: static colouring (`color_contacts`).
+        a, b: (nc,) body indices of each contact: numpy constants for a static
+            layout, traced when a broad phase fills the contact slots.
+        color: (nc,) int colour of each contact (`color_slots`) when the bodies
+            are traced; None for a static layout.
+        colors: the static colouring (`color_contacts`), or None when `color` is used.
     """
 
     J_a: jax.Array
@@ -160,9 +190,26 @@ class Blocks(eqx.Module):
     active: jax.Array
     mu: jax.Array
     S: jax.Array | None
-    a: tuple = eqx.field(static=True)
-    b: tuple = eqx.field(static=True)
-    colors: tuple = eqx.field(static=True)
+    a: jax.Array | np.ndarray
+    b: jax.Array | np.ndarray
+    color: jax.Array | None
+    colors: tuple | None = eqx.field(static=True)
+
+    def over_colors(self, fn, carry):
+        """carry through fn(carry, idx, mask) once per colour, in order.
+
+        Static colouring: idx indexes the colour's contacts and mask is None.
+        Traced colours: idx is every contact and mask (nc,) marks the colour's;
+        fn must leave the others unchanged. A pass then costs O(nc), so a sweep
+        costs O(nc x colours).
+        """
+        if self.colors is not None:
+            for color in self.colors:
+                carry = fn(carry, np.array(color), None)
+            return carry
+        every = np.arange(self.color.shape[0])
+        ncolors = jnp.max(self.color) + 1
+        return jax.lax.fori_loop(0, ncolors, lambda k, c: fn(c, every, self.color == k), carry)
 
     def velocity(self, z):
         """(nb + 1, 6) the body velocities v+ = v_free + M^{-1} J^T K z."""
@@ -170,7 +217,7 @@ class Blocks(eqx.Module):
 
     def _apply(self, p):
         """M^{-1} J^T p per body, for contact impulses p (nc, 3) in (n, t, o)."""
-        a, b = np.array(self.a), np.array(self.b)
+        a, b = self.a, self.b
         impulse = jnp.zeros_like(self.v_free)
         impulse = impulse.at[a].add(jnp.einsum("crj,cr->cj", self.J_a, p))
         impulse = impulse.at[b].add(jnp.einsum("crj,cr->cj", self.J_b, p))
@@ -178,7 +225,7 @@ class Blocks(eqx.Module):
 
     def rows(self, v, idx=slice(None)):
         """(nc, 3) J v: the relative velocity of the contacts in (n, t, o)."""
-        a, b = np.array(self.a)[idx], np.array(self.b)[idx]
+        a, b = self.a[idx], self.b[idx]
         return jnp.einsum("crj,cj->cr", self.J_a[idx], v[a]) + jnp.einsum("crj,cj->cr", self.J_b[idx], v[b])
 
     def _local(self, w, z, idx=slice(None)):
@@ -194,7 +241,7 @@ class Blocks(eqx.Module):
 
     def delassus(self):
         """(nc, 3, 3) the diagonal blocks J_c M^{-1} J_c^T of the Delassus operator."""
-        a, b = np.array(self.a), np.array(self.b)
+        a, b = self.a, self.b
         Wa = jnp.einsum("cri,cij,csj->crs", self.J_a, self.Minv[a], self.J_a)
         return Wa + jnp.einsum("cri,cij,csj->crs", self.J_b, self.Minv[b], self.J_b)
 
@@ -291,11 +338,18 @@ def enumerate_contact(W, u, mu, S, A, b):
     return candidates[best], residual[best]
 
 
+def _sweep_count(blocks, solver):
+    """The static number of sweeps: the solver's, else one when no two contacts share a body."""
+    if solver.sweeps is not None:
+        return solver.sweeps
+    return 1 if blocks.colors is not None and len(blocks.colors) == 1 else COUPLED_SWEEPS
+
+
 def _gauss_seidel(blocks, z, solver):
     """`solver.sweeps` coloured block Gauss-Seidel sweeps from z; returns (z, any Lemke fallback)."""
     W = blocks.delassus()
     A = blocks.diagonal(W)
-    sweeps = solver.sweeps or (1 if len(blocks.colors) == 1 else COUPLED_SWEEPS)
+    sweeps = _sweep_count(blocks, solver)
     if blocks.S is not None:
         exact = jax.vmap(enumerate_contact)
 
@@ -309,21 +363,21 @@ def _gauss_seidel(blocks, z, solver):
             raw = newton(prob, zc)
             return raw.z, jnp.any(raw.fallback)
 
-    def sweep(carry, _):
+    def solve_color(carry, idx, mask):
         v, z, fallback = carry
-        for color in blocks.colors:
-            idx = np.array(color)
-            zc = z[idx]
-            p = jnp.einsum("crm,cm->cr", blocks.K[idx], zc)
-            own = jnp.einsum("crs,cs->cr", W[idx], p)
-            free = blocks.rows(v, idx) - own
-            b = blocks._local(free, jnp.zeros_like(zc), idx)
-            z_new, used_fallback = local(LCP(A[idx], b), zc, idx, free.at[:, 0].add(blocks.bn[idx]))
-            dp = jnp.zeros((z.shape[0], 3), z.dtype).at[idx].set(jnp.einsum("crm,cm->cr", blocks.K[idx], z_new - zc))
-            v = v + blocks._apply(dp)
-            z = z.at[idx].set(z_new)
-            fallback = fallback | used_fallback
-        return (v, z, fallback), None
+        zc = z[idx]
+        p = jnp.einsum("crm,cm->cr", blocks.K[idx], zc)
+        own = jnp.einsum("crs,cs->cr", W[idx], p)
+        free = blocks.rows(v, idx) - own
+        b = blocks._local(free, jnp.zeros_like(zc), idx)
+        z_new, used_fallback = local(LCP(A[idx], b), zc, idx, free.at[:, 0].add(blocks.bn[idx]))
+        if mask is not None:
+            z_new = jnp.where(mask[:, None], z_new, zc)
+        dp = jnp.zeros((z.shape[0], 3), z.dtype).at[idx].set(jnp.einsum("crm,cm->cr", blocks.K[idx], z_new - zc))
+        return v + blocks._apply(dp), z.at[idx].set(z_new), fallback | used_fallback
+
+    def sweep(carry, _):
+        return blocks.over_colors(solve_color, carry), None
 
     (_, z, fallback), _ = jax.lax.scan(sweep, (blocks.velocity(z), z, jnp.array(False)), None, length=sweeps)
     return z, fallback
@@ -342,12 +396,15 @@ def _adjoint(blocks, z, z_bar, sweeps):
     def transposed(u):
         return da * u + At(db * u)[0]
 
+    def solve_color(u, idx, mask):
+        r = z_bar[idx] - transposed(u)[idx] + jnp.einsum("cnm,cn->cm", B[idx], u[idx])
+        u_new = jnp.einsum("cmn,cn->cm", P[idx], r)
+        if mask is not None:
+            u_new = jnp.where(mask[:, None], u_new, u[idx])
+        return u.at[idx].set(u_new)
+
     def sweep(u, _):
-        for color in blocks.colors:
-            idx = np.array(color)
-            r = z_bar[idx] - transposed(u)[idx] + jnp.einsum("cnm,cn->cm", B[idx], u[idx])
-            u = u.at[idx].set(jnp.einsum("cmn,cn->cm", P[idx], r))
-        return u, None
+        return blocks.over_colors(solve_color, u), None
 
     u, _ = jax.lax.scan(sweep, jnp.zeros_like(z), None, length=sweeps)
     return db * u
@@ -370,7 +427,7 @@ def _solve_bwd(z, cotangents, perturbed, blocks, z0, solver):
     del perturbed, z0
     z_bar = cotangents[0]
     z_bar = jnp.where(jnp.isfinite(z_bar), z_bar, 0.0)
-    y = _adjoint(blocks, z, z_bar, solver.sweeps or (1 if len(blocks.colors) == 1 else COUPLED_SWEEPS))
+    y = _adjoint(blocks, z, z_bar, _sweep_count(blocks, solver))
     _, pullback = eqx.filter_vjp(lambda bl: bl.F(z), blocks)
     (blocks_bar,) = pullback(-y)
     return blocks_bar
@@ -430,7 +487,7 @@ def step_blocks(system, state, z0, *, dt, scheme, solver, cone):
     Minv = jnp.zeros((nb + 1, 6, 6), dtype)
     Minv = Minv.at[:nb, :3, :3].set(jnp.eye(3, dtype=dtype) / params.mass[:, None, None])
     Minv = Minv.at[:nb, 3:, 3:].set(I_inv)
-    gap, geometric, J_a, J_b = model.contact_blocks(q, params)
+    gap, geometric, J_a, J_b, a, b, overflow = model.contact_blocks(q, params)
     delta = scheme.delta
     if delta is None:
         active = geometric
@@ -439,8 +496,8 @@ def step_blocks(system, state, z0, *, dt, scheme, solver, cone):
         active = (predicted < delta) & geometric
     position_level = not isinstance(scheme, AnitescuPotra)
     bn = gap / dt if position_level else jnp.zeros_like(gap)
-    K, L, U, scale = _cone_maps(cone, system.mu, active.astype(dtype), dtype)
-    a, b = model.contact_bodies
+    mu = system.coefficients(q)[0].astype(dtype)
+    K, L, U, scale = _cone_maps(cone, mu, active.astype(dtype), dtype)
     blocks = Blocks(
         J_a=J_a[:, :3],
         J_b=J_b[:, :3],
@@ -450,11 +507,12 @@ def step_blocks(system, state, z0, *, dt, scheme, solver, cone):
         L=L,
         bn=bn,
         active=jax.lax.stop_gradient(active.astype(dtype)),
-        mu=system.mu.astype(dtype),
+        mu=mu,
         S=jnp.einsum("kd,cd->ckd", U, scale) if _regular_polygon(cone) else None,
-        a=tuple(int(i) for i in a),
-        b=tuple(int(i) for i in b),
-        colors=_colors(model),
+        a=a,
+        b=b,
+        color=color_slots(a, b, nb) if model.dynamic else None,
+        colors=None if model.dynamic else _colors(model),
     )
     z, residual, converged, fallback = solve_blocks(blocks, z0, solver)
     v_next = blocks.velocity(z)[:nb].reshape(-1)
@@ -473,6 +531,7 @@ def step_blocks(system, state, z0, *, dt, scheme, solver, cone):
         fallback=fallback,
         active=active,
         joint_violation=jnp.zeros((), dtype),
+        overflow=overflow,
     )
     return type(state)(t + dt, q_next, v_next), z, impulses, stats
 

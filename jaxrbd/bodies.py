@@ -30,6 +30,7 @@ import numpy as np
 
 from . import _rotation as rot
 from . import cones, geometry
+from ._broadphase import BroadPhase, bounding_gaps, select
 from ._validate import as_float, check_value, is_traced
 from .model import Scene, State, System
 from .stepping import project_to_joints
@@ -53,6 +54,11 @@ class Contacts(eqx.Module):
         normal, tangent, bitangent: (nc, 3) the frame (n, t, o), t x o = n.
         active: (nc,) bool, gap below the scene's margin.
         J_n, J_t, J_o, J_r: (nc, nv) Jacobian rows.
+        body_a, body_b: (nc,) the moving bodies of shapes a and b (nb: the world).
+        index: (nc,) each contact's place among the candidates of every shape pair
+            (`BodyModel.pair_names`, `system.mu`); with a broad phase the contact
+            slots hold the candidates of the nearest pairs.
+        overflow: () shape pairs within the broad phase's distance left without a slot.
     """
 
     gap: jax.Array
@@ -65,6 +71,10 @@ class Contacts(eqx.Module):
     J_t: jax.Array
     J_o: jax.Array
     J_r: jax.Array
+    body_a: jax.Array
+    body_b: jax.Array
+    index: jax.Array
+    overflow: jax.Array
 
 
 class BodyParams(eqx.Module):
@@ -112,13 +122,23 @@ JOINT_TOL = 1e-8  # an initial joint violation above it is reported (then projec
 
 @dataclasses.dataclass(frozen=True)
 class PairGroup:
-    """All shape pairs of one kind pair: indices into the two kinds' stacks (static)."""
+    """All shape pairs of one kind pair: indices into the two kinds' stacks (static).
+
+    slots: None, every pair is in the step; else the broad phase keeps this many
+    (the nearest, `jaxrbd._broadphase`).
+    """
 
     kind_a: str
     kind_b: str
     index_a: tuple
     index_b: tuple
     capacity: int
+    slots: int | None = None
+
+    @property
+    def pairs(self):
+        """The number of shape pairs in the step."""
+        return len(self.index_a) if self.slots is None else self.slots
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,9 +152,11 @@ class BodyModel:
         shape_bodies: ((kind, body index of each shape of that kind), ...); the
             index len(names) is the world (static geometry).
         groups: the `PairGroup`s, in the order of the contacts.
-        pair_names: (nc,) the (name a, name b) of each contact.
+        pair_names: the (name a, name b) of each candidate contact of every shape
+            pair (the order of `system.mu`; `Contacts.index` points into it).
         margin: contacts with a gap above it are inactive.
         joints: ((name, kind, body a, body b), ...) with body indices (nb: the world).
+        overflow_distance: the broad phase's overflow distance (`BroadPhase.distance`).
     """
 
     dim: int
@@ -145,6 +167,7 @@ class BodyModel:
     pair_names: tuple
     margin: float = math.inf
     joints: tuple = ()
+    overflow_distance: float = 0.0
 
     @property
     def nbodies(self):
@@ -203,16 +226,23 @@ class BodyModel:
         R = jnp.concatenate([R, jnp.eye(3, dtype=R.dtype)[None]])
         return p, R
 
+    @property
+    def dynamic(self):
+        """Whether a broad phase picks some of the contacts at each configuration."""
+        return any(g.slots is not None for g in self.groups)
+
     @functools.cached_property
     def contact_bodies(self):
-        """(nc,) and (nc,) the body indices of shapes a and b of each contact (nb: the world)."""
+        """(nc,) and (nc,) the body indices of shapes a and b of each contact (nb: the world).
+
+        Static layouts only; with a broad phase they depend on q (`Contacts.body_a`).
+        """
+        if self.dynamic:
+            raise ValueError("with a broad phase the contacts' bodies depend on q: use contacts(q, params)")
         bodies = dict(self.shape_bodies)
-        a, b = [], []
-        for g in self.groups:
-            for i, j in zip(g.index_a, g.index_b):
-                a += [bodies[g.kind_a][i]] * g.capacity
-                b += [bodies[g.kind_b][j]] * g.capacity
-        return np.array(a, int), np.array(b, int)
+        a = [np.repeat(np.array(bodies[g.kind_a])[np.array(g.index_a)], g.capacity) for g in self.groups]
+        b = [np.repeat(np.array(bodies[g.kind_b])[np.array(g.index_b)], g.capacity) for g in self.groups]
+        return np.concatenate(a), np.concatenate(b)
 
     def _world_shapes(self, q, params):
         p, R = self.poses(q)
@@ -223,46 +253,68 @@ class BodyModel:
         return world, p
 
     def _collide(self, q, params):
-        """(gap, normal, point, frame (t, o), body positions) of every candidate contact."""
+        """The candidate contacts in the step: a dict of gap, normal n, point x, frame (t, o),
+        body positions p, bodies a and b, candidate index and the broad phase's overflow."""
         world, p = self._world_shapes(q, params)
-        gaps, normals, points = [], [], []
+        bodies = dict(self.shape_bodies)
+        parts = {key: [] for key in ("gap", "n", "x", "a", "b", "index")}
+        overflow, offset = jnp.zeros((), jnp.int32), 0
         for g in self.groups:
             fn, _ = geometry.collider(g.kind_a, g.kind_b)
-            A = jax.tree_util.tree_map(lambda x: x[np.array(g.index_a)], world[g.kind_a])
-            B = jax.tree_util.tree_map(lambda x: x[np.array(g.index_b)], world[g.kind_b])
+            ia, ib = np.array(g.index_a), np.array(g.index_b)
+            pairs = np.arange(len(ia))
+            if g.slots is not None:
+                bound = bounding_gaps(g.kind_a, world[g.kind_a], ia, g.kind_b, world[g.kind_b], ib)
+                pairs, over = select(bound, g.slots, self.overflow_distance)
+                overflow = overflow + over
+                ia, ib = jnp.asarray(ia)[pairs], jnp.asarray(ib)[pairs]
+            A = jax.tree_util.tree_map(lambda x: x[ia], world[g.kind_a])
+            B = jax.tree_util.tree_map(lambda x: x[ib], world[g.kind_b])
             gap, n, x = jax.vmap(functools.partial(fn, dim=self.dim))(A, B)
-            gaps.append(gap.reshape(-1))
-            normals.append(n.reshape(-1, 3))
-            points.append(x.reshape(-1, 3))
-        gap, n, x = jnp.concatenate(gaps), jnp.concatenate(normals), jnp.concatenate(points)
+            parts["gap"].append(gap.reshape(-1))
+            parts["n"].append(n.reshape(-1, 3))
+            parts["x"].append(x.reshape(-1, 3))
+            xp = jnp if g.slots is not None else np
+            parts["a"].append(xp.repeat(xp.asarray(bodies[g.kind_a])[ia], g.capacity))
+            parts["b"].append(xp.repeat(xp.asarray(bodies[g.kind_b])[ib], g.capacity))
+            slot = offset + g.capacity * xp.asarray(pairs)[:, None] + np.arange(g.capacity)
+            parts["index"].append(slot.reshape(-1))
+            offset += len(g.index_a) * g.capacity
+        xp = jnp if self.dynamic else np
+        out = {key: (xp if key in ("a", "b", "index") else jnp).concatenate(v) for key, v in parts.items()}
         if self.dim == 3:
-            t, o = geometry.contact_frame(n)
+            out["t"], out["o"] = geometry.contact_frame(out["n"])
         else:
-            t = geometry.planar_tangent(n)
-            o = jnp.broadcast_to(jnp.array([0.0, 0.0, 1.0], n.dtype), n.shape)
-        return gap, n, x, t, o, p
+            out["t"] = geometry.planar_tangent(out["n"])
+            out["o"] = jnp.broadcast_to(jnp.array([0.0, 0.0, 1.0], out["n"].dtype), out["n"].shape)
+        out["p"], out["overflow"] = p, overflow
+        return out
 
     def contacts(self, q, params):
         """The `Contacts` at configuration q."""
-        gap, n, x, t, o, p = self._collide(q, params)
-        zero = jnp.zeros_like(n)
-        rows = functools.partial(self._rows, p, x)
+        c = self._collide(q, params)
+        n, zero = c["n"], jnp.zeros_like(c["n"])
+        rows = functools.partial(self._rows, c)
         return Contacts(
-            gap=gap,
-            point=x,
+            gap=c["gap"],
+            point=c["x"],
             normal=n,
-            tangent=t,
-            bitangent=o,
-            active=gap <= self.margin,
+            tangent=c["t"],
+            bitangent=c["o"],
+            active=c["gap"] <= self.margin,
             J_n=rows(n, zero),
-            J_t=rows(t, zero),
-            J_o=rows(o, zero),
+            J_t=rows(c["t"], zero),
+            J_o=rows(c["o"], zero),
             J_r=rows(zero, n),
+            body_a=jnp.asarray(c["a"]),
+            body_b=jnp.asarray(c["b"]),
+            index=jnp.asarray(c["index"]),
+            overflow=c["overflow"],
         )
 
-    def _rows(self, p, x, lin, ang):
+    def _rows(self, c, lin, ang):
         """(nc, nv): the rows d . (velocity of b's point x - velocity of a's point x) + s . (w_b - w_a)."""
-        a, b = self.contact_bodies
+        a, b, p, x = c["a"], c["b"], c["p"], c["x"]
         nc, nb = x.shape[0], self.nbodies
 
         def body_row(k):
@@ -278,13 +330,14 @@ class BodyModel:
     def contact_blocks(self, q, params):
         """The contacts with their Jacobian rows per body: O(nc) work and memory (3D scenes).
 
-        Returns (gap, active, J_a, J_b): J_a and J_b (nc, 4, 6) are the rows
-        (n, t, o, r) of each contact on the velocity (linear, angular) of body a and
-        body b (`contact_bodies`); a row block on the world is zero. Summed over the
-        two bodies they are the rows of `contacts`.
+        Returns (gap, active, J_a, J_b, a, b, overflow): J_a and J_b (nc, 4, 6) are the
+        rows (n, t, o, r) of each contact on the velocity (linear, angular) of its
+        bodies a and b ((nc,) each, nb: the world); a row block on the world is zero.
+        Summed over the two bodies they are the rows of `contacts`. a and b are
+        numpy arrays for a static layout, traced with a broad phase.
         """
-        gap, n, x, t, o, p = self._collide(q, params)
-        a, b = self.contact_bodies
+        c = self._collide(q, params)
+        n, t, o, x, p = c["n"], c["t"], c["o"], c["x"], c["p"]
         nb = self.nbodies
         lin = jnp.stack([n, t, o, jnp.zeros_like(n)], 1)  # (nc, 4, 3)
         ang = jnp.stack([jnp.zeros_like(n), jnp.zeros_like(n), jnp.zeros_like(n), n], 1)
@@ -294,10 +347,16 @@ class BodyModel:
             rows = jnp.concatenate([lin, ang + jnp.cross(arm, lin)], -1)
             return jnp.where((k < nb)[:, None, None], sign * rows, 0.0)
 
-        return gap, gap <= self.margin, block(a, -1.0), block(b, 1.0)
+        gap = c["gap"]
+        return gap, gap <= self.margin, block(c["a"], -1.0), block(c["b"], 1.0), c["a"], c["b"], c["overflow"]
+
+    def selection(self, q, params):
+        """((nc,) candidate index of each contact slot, () overflow) of the broad phase at q."""
+        c = self._collide(q, params)
+        return jnp.asarray(c["index"]), c["overflow"]
 
     def gaps(self, q, params):
-        return self._collide(q, params)[0]
+        return self._collide(q, params)["gap"]
 
     def tangents(self, q, params):
         c = self.contacts(q, params)
@@ -400,6 +459,7 @@ class BodyModel:
             torsions=self.torsions if spatial else None,
             friction=friction,
             bodies=self,
+            selection=self.selection if self.dynamic else None,
         )
 
 
@@ -498,6 +558,11 @@ class SceneBuilder:
             `PlanarCone()` in 2D.
         margin: contacts with a gap above it are masked out of the step.
         collide_bodies: whether moving bodies touch each other by default.
+        broadphase: None (every shape pair is in every step), an integer k or a
+            `BroadPhase(slots=k, distance=d)`: each kind pair (no plane) with more
+            than k shape pairs keeps its k nearest pairs by bounding spheres in each
+            step, so an all-pairs scene does not carry O(n^2) contact rows; pairs
+            within d that get no slot are reported in `traj.stats.overflow`.
     """
 
     def __init__(
@@ -511,6 +576,7 @@ class SceneBuilder:
         friction=None,
         margin=math.inf,
         collide_bodies=True,
+        broadphase=None,
     ):
         if dim not in (2, 3):
             raise ValueError(f"dim must be 2 or 3, got {dim!r}")
@@ -526,6 +592,11 @@ class SceneBuilder:
         default = (0.0, 0.0, -GRAVITY) if dim == 3 else (0.0, -GRAVITY, 0.0)
         self.gravity = _vector("gravity", default if gravity is None else gravity, 3)
         self.mu, self.restitution, self.collide_bodies = mu, restitution, collide_bodies
+        if isinstance(broadphase, int) and not isinstance(broadphase, bool):
+            broadphase = BroadPhase(broadphase)
+        if broadphase is not None and not isinstance(broadphase, BroadPhase):
+            raise TypeError(f"broadphase must be None, an integer or a jaxrbd.BroadPhase, got {broadphase!r}")
+        self.broadphase = broadphase
         self._bodies, self._statics = [], []
         self._pairs, self._excluded, self._included = {}, set(), set()
         self._joints = []
@@ -796,7 +867,7 @@ class SceneBuilder:
                     contact_info.append((key, na, nb_, sha, shb, capacity(self.dim)))
         if not contact_info:
             raise ValueError("the scene has no contact pairs: add static geometry or let bodies collide")
-        pair_groups = tuple(_group(kinds, entries) for kinds, entries in groups.items())
+        pair_groups = tuple(_group(kinds, entries, self.broadphase) for kinds, entries in groups.items())
         # Contacts are ordered by group; within a group, in pair order.
         q0 = jnp.concatenate([b.q for b in self._bodies])
         joint_layout, joint_params = self._joint_params(q0)
@@ -825,7 +896,10 @@ class SceneBuilder:
             pair_names=tuple(pair_names),
             margin=self.margin,
             joints=joint_layout,
+            overflow_distance=0.0 if self.broadphase is None else float(self.broadphase.distance),
         )
+        if model.dynamic and any(c is not None for c in pair_cones):
+            raise ValueError("set_pair(friction=...) is not supported with a broad phase (broadphase=)")
         shapes = {
             kind: jax.tree_util.tree_map(
                 lambda *xs: jnp.stack([as_float(x) for x in xs]), *[s.arrays() for _, s in entries]
@@ -850,14 +924,16 @@ class SceneBuilder:
         return scene
 
 
-def _group(kinds, entries):
+def _group(kinds, entries, broadphase):
     """The `PairGroup` of one kind pair from its [(index a, index b, capacity)]."""
+    filtered = broadphase is not None and "plane" not in kinds and len(entries) > broadphase.slots
     return PairGroup(
         kind_a=kinds[0],
         kind_b=kinds[1],
         index_a=tuple(i for i, _, _ in entries),
         index_b=tuple(j for _, j, _ in entries),
         capacity=entries[0][2],
+        slots=broadphase.slots if filtered else None,
     )
 
 
@@ -894,9 +970,10 @@ def _warn_overlaps(model, params, q):
     """Warn, naming the pair and the depth, when bodies start interpenetrating (beyond OVERLAP_TOL)."""
     if is_traced(params, q):
         return
-    gap = np.asarray(jax.jit(model.gaps)(q, params))
+    contacts = jax.jit(model.contacts)(q, params)
     worst = {}
-    for (a, b), g in zip(model.pair_names, gap):
+    for i, g in zip(np.asarray(contacts.index), np.asarray(contacts.gap)):
+        a, b = model.pair_names[i]
         if g < -OVERLAP_TOL and g < worst.get((a, b), 0.0):
             worst[a, b] = g
     for (a, b), g in worst.items():

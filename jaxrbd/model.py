@@ -72,6 +72,10 @@ class System(eqx.Module):
         bodies: for scenes of rigid bodies, the static `jaxrbd.bodies.BodyModel`
             whose per-body structure the sparse solver `ContactSweeps` uses; None
             for systems given by their functions.
+        selection: ``(q, params) -> ((nc,) int, () int)``: with a broad phase, the
+            place of each contact slot among the candidates that `mu` and
+            `restitution` list, and the overflow count (`jaxrbd.BroadPhase`). None:
+            the contacts are the candidates.
     """
 
     params: Any
@@ -91,6 +95,7 @@ class System(eqx.Module):
     torsions: Callable | None = eqx.field(static=True, default=None)
     friction: Any = None
     bodies: Any = eqx.field(static=True, default=None)
+    selection: Callable | None = eqx.field(static=True, default=None)
 
     def G(self, q):
         if self.kinematics is None:
@@ -156,8 +161,26 @@ class System(eqx.Module):
     def active(self, q):
         """(nc,) bool: the candidate contacts the geometry keeps at q."""
         if self.contact_active is None:
-            return jnp.ones(self.mu.shape[-1], bool)
+            return jnp.ones(self.ncontacts(q), bool)
         return self.contact_active(q, self.params)
+
+    def ncontacts(self, q):
+        """The number nc of contacts in a step (static): the gaps' length."""
+        return jax.eval_shape(self.gap, q).shape[0]
+
+    def coefficients(self, q):
+        """((nc,) mu, (nc,) restitution) of the contacts at q (restitution 0 when none was given)."""
+        mu, e = self.mu, self.epsilon
+        if self.selection is None:
+            return mu, e
+        index = self.selection(q, self.params)[0]
+        return mu[index], e[index]
+
+    def overflow(self, q):
+        """() int: the broad phase's candidate pairs left without a slot at q (0 without one)."""
+        if self.selection is None:
+            return jnp.zeros((), jnp.int32)
+        return self.selection(q, self.params)[1]
 
     @property
     def epsilon(self):
@@ -210,6 +233,9 @@ def check_system(system, state):
     if q.ndim != 1 or v.ndim != 1:
         raise ValueError(f"state.q and state.v must be vectors, got shapes {q.shape} and {v.shape}")
     nc = system.mu.shape[-1]
+    if system.selection is not None:
+        index = jax.eval_shape(system.selection, q, system.params)[0].shape
+        nc = index[0]
     shapes = {
         "mass_matrix": (jax.eval_shape(system.M, q).shape, (v.shape[0], v.shape[0])),
         "gaps": (jax.eval_shape(system.gap, q).shape, (nc,)),
@@ -232,8 +258,8 @@ def check_system(system, state):
     check_value("system.mu", system.mu, nonnegative=True)
     if system.restitution is not None:
         e = jnp.shape(system.restitution)
-        if e not in ((), (nc,)):
-            raise ValueError(f"system.restitution has shape {e}, expected ({nc},)")
+        if e not in ((), system.mu.shape):
+            raise ValueError(f"system.restitution has shape {e}, expected {system.mu.shape} (that of system.mu)")
         check_value("system.restitution", system.restitution, unit_interval=True)
     T = jax.eval_shape(lambda q: system.tangents(q, system.params), q).shape
     if len(T) != 3 or T[0] != nc or T[1] not in (1, 2) or T[2] != v.shape[0]:

@@ -155,6 +155,9 @@ class StepStats(eqx.Module):
         fallback: the Lemke fallback ran in the step's main solve.
         active: (nc,) the contacts in the step's LCP.
         joint_violation: max |g(q+)| after the step (0 without joints).
+        overflow: shape pairs the broad phase left without a contact slot at the
+            start of the step although within its distance (0 without one;
+            `jaxrbd.BroadPhase`).
     """
 
     residual: jax.Array
@@ -162,6 +165,7 @@ class StepStats(eqx.Module):
     fallback: jax.Array
     active: jax.Array
     joint_violation: jax.Array
+    overflow: jax.Array
 
 
 class Trajectory(eqx.Module):
@@ -189,7 +193,8 @@ def _problem(system, cone, qhat, b, **kwargs):
     """The step's complementarity problem with the geometry and joints at qhat."""
     M, N = system.M(qhat), system.normals(qhat)
     T = system.contact_rows(qhat, cone.dim)
-    return cone.build(M, N, T, system.mu, b, J=system.constraint_jacobian(qhat).T, **kwargs)
+    mu = system.coefficients(qhat)[0]
+    return cone.build(M, N, T, mu, b, J=system.constraint_jacobian(qhat).T, **kwargs)
 
 
 def _solve(prob, solver, z0=None, grad_smoothing=0.0):
@@ -283,7 +288,7 @@ def resolve_impact(system, t, q, v, *, dt, scheme, law, solver, cone=None):
     sol_c = _solve(comp, solver)
     v_c = comp.velocity(sol_c.z)
     c_n, c_f = comp.normal(sol_c.z), comp.friction(sol_c.z)
-    e = system.epsilon
+    e = system.coefficients(q)[1]
     e_t = (e if law.tangential is None else jnp.broadcast_to(law.tangential, e.shape))[:, None]
     I_r = comp.N @ (e * c_n) + jnp.einsum("cdv,cd->v", comp.T, e_t * c_f)
     decompress = touching & (not law.expedient)
@@ -310,7 +315,7 @@ def step(system, state, z0, *, dt, scheme, solver, grad_smoothing=0.0, restituti
     newton = None
     residual, converged = jnp.zeros((), q.dtype), jnp.ones((), bool)
     cone = friction_cone(system, q) if cone is None else cone
-    nc, ng = system.mu.shape[-1], system.constraint(q).shape[0]
+    nc, ng = system.ncontacts(q), system.constraint(q).shape[0]
     extra = (jnp.zeros((nc,), q.dtype), jnp.zeros((nc, cone.dim), q.dtype), jnp.zeros((ng,), q.dtype))
     if isinstance(restitution, Poisson):
         v, _, extra, residual, converged = resolve_impact(
@@ -318,7 +323,7 @@ def step(system, state, z0, *, dt, scheme, solver, grad_smoothing=0.0, restituti
         )
     elif isinstance(restitution, Newton):
         colliding, _, vn = colliding_contacts(system, t, q, v, dt=dt, scheme=scheme, law=restitution)
-        newton = (colliding, system.epsilon * vn)
+        newton = (colliding, system.coefficients(q)[1] * vn)
     elif restitution is not None:
         raise TypeError(f"restitution must be None, jaxrbd.Newton() or jaxrbd.Poisson(), got {restitution!r}")
     F = system.generalized_force(t, q, v)
@@ -358,12 +363,17 @@ def step(system, state, z0, *, dt, scheme, solver, grad_smoothing=0.0, restituti
         converged = converged & projection.converged
     violation = jnp.max(jnp.abs(system.constraint(q_next)), initial=0.0)
     stats = StepStats(
-        residual=residual, converged=converged, fallback=sol.fallback, active=active, joint_violation=violation
+        residual=residual,
+        converged=converged,
+        fallback=sol.fallback,
+        active=active,
+        joint_violation=violation,
+        overflow=system.overflow(q),
     )
     return State(t + dt, q_next, v_next), sol.z, impulses, stats
 
 
-def _choose_solver(system, cone, scheme, solver, restitution, grad_smoothing):
+def _choose_solver(system, q, cone, scheme, solver, restitution, grad_smoothing):
     """The solver: as given (a clear error when `ContactSweeps` cannot run the step), or by size.
 
     Without a solver, a scene of rigid bodies whose dense LCP has more than
@@ -377,7 +387,7 @@ def _choose_solver(system, cone, scheme, solver, restitution, grad_smoothing):
         return solver
     if solver is not None:
         return solver
-    if reason is None and cone.size(system.mu.shape[-1], 0) > _sweeps.AUTO_SIZE:
+    if reason is None and cone.size(system.ncontacts(q), 0) > _sweeps.AUTO_SIZE:
         return ContactSweeps()
     return SemismoothNewton()
 
@@ -394,7 +404,7 @@ def _rollout(step_fn, state, z0, steps):
 
 
 def _simulate_blocks(system, state, cone, *, dt, steps, scheme, solver):
-    z0 = jnp.zeros((system.mu.shape[-1], cone.k + 2), state.q.dtype)
+    z0 = jnp.zeros((system.ncontacts(state.q), cone.k + 2), state.q.dtype)
     step_fn = lambda state, z: _sweeps.step_blocks(system, state, z, dt=dt, scheme=scheme, solver=solver, cone=cone)
     return _rollout(step_fn, state, z0, steps)
 
@@ -459,14 +469,14 @@ def simulate(
     if friction is not None and not is_cone(friction):
         raise TypeError(f"friction must be a jaxrbd.cones cone, got {friction!r}")
     cone = friction_cone(system, state.q) if friction is None else friction
-    solver = _choose_solver(system, cone, scheme, solver, restitution, grad_smoothing)
+    solver = _choose_solver(system, state.q, cone, scheme, solver, restitution, grad_smoothing)
     if isinstance(solver, ContactSweeps):
         return _simulate_blocks(system, state, cone, dt=dt, steps=steps, scheme=scheme, solver=solver)
     if project_joints:
         state = State(state.t, project_to_joints(system, state.q), state.v)
     jax.eval_shape(lambda q: system.contact_rows(q, cone.dim), state.q)  # a clear error on a mismatch
     ng = jax.eval_shape(system.constraint, state.q).shape[0]
-    z0 = jnp.zeros(cone.size(system.mu.shape[-1], ng), dtype)
+    z0 = jnp.zeros(cone.size(system.ncontacts(state.q), ng), dtype)
     options = dict(
         cone=cone,
         dt=dt,
