@@ -58,7 +58,11 @@ class ContactSweeps(eqx.Module):
     Attributes:
         sweeps: static number of Gauss-Seidel sweeps per step (forward and adjoint);
             None: one when no two contacts share a moving body (then one sweep is
-            exact), else `COUPLED_SWEEPS`.
+            exact), else `COUPLED_SWEEPS`. When contacts share bodies and the
+            step's residual is still above `tol` after them, further rounds of as
+            many sweeps run, up to `max_sweeps` in all (a pile of balls needs
+            about 300); the backward pass runs as many adjoint sweeps.
+        max_sweeps: the most sweeps of a step.
         iterations: static semismooth Newton iterations of each contact's LCP per
             sweep, for cones whose directions are not a regular polygon; a regular
             polygon (`PolyhedralCone(k)`) is solved exactly (`enumerate_contact`).
@@ -67,12 +71,13 @@ class ContactSweeps(eqx.Module):
     """
 
     sweeps: int | None = eqx.field(static=True, default=None)
+    max_sweeps: int = eqx.field(static=True, default=1000)
     iterations: int = eqx.field(static=True, default=6)
     fallback: bool = eqx.field(static=True, default=True)
     tol: float | None = eqx.field(static=True, default=None)
 
     def __check_init__(self):
-        for name in ("sweeps", "iterations"):
+        for name in ("sweeps", "max_sweeps", "iterations"):
             value = getattr(self, name)
             if value is None and name == "sweeps":
                 continue
@@ -346,7 +351,10 @@ def _sweep_count(blocks, solver):
 
 
 def _gauss_seidel(blocks, z, solver):
-    """`solver.sweeps` coloured block Gauss-Seidel sweeps from z; returns (z, any Lemke fallback)."""
+    """Coloured block Gauss-Seidel sweeps from z, in rounds of `_sweep_count`.
+
+    Returns (z, any Lemke fallback, the number of rounds).
+    """
     W = blocks.delassus()
     A = blocks.diagonal(W)
     sweeps = _sweep_count(blocks, solver)
@@ -379,12 +387,31 @@ def _gauss_seidel(blocks, z, solver):
     def sweep(carry, _):
         return blocks.over_colors(solve_color, carry), None
 
-    (_, z, fallback), _ = jax.lax.scan(sweep, (blocks.velocity(z), z, jnp.array(False)), None, length=sweeps)
-    return z, fallback
+    def rounds(carry):
+        return jax.lax.scan(sweep, carry, None, length=sweeps)[0]
+
+    carry = rounds((blocks.velocity(z), z, jnp.array(False)))
+    if blocks.colors is not None and len(blocks.colors) == 1:  # one colour: one sweep is exact
+        return carry[1], carry[2], jnp.ones((), jnp.int32)
+    # Coupled contacts: more rounds of `sweeps` until the step's residual reaches the
+    # tolerance (a pile converges more slowly than a line of balls). This loop is never
+    # differentiated: the backward pass runs the same number of adjoint sweeps.
+    tol = solver.tol if solver.tol is not None else default_tol(z.dtype)
+    limit = max(solver.max_sweeps // sweeps, 1)
+
+    def unsolved(state):
+        (_, z, _), n = state
+        return (n < limit) & ~(natural_residual(z.reshape(-1), blocks.F(z).reshape(-1)) <= tol)
+
+    carry, n = jax.lax.while_loop(unsolved, lambda state: (rounds(state[0]), state[1] + 1), (carry, jnp.int32(1)))
+    return carry[1], carry[2], n
 
 
-def _adjoint(blocks, z, z_bar, sweeps):
-    """u with (d phi / dz)^T u = z_bar by coloured block Gauss-Seidel; returns db * u (see `_implicit`)."""
+def _adjoint(blocks, z, z_bar, sweeps, rounds):
+    """u with (d phi / dz)^T u = z_bar by coloured block Gauss-Seidel; returns db * u (see `_implicit`).
+
+    sweeps x rounds sweeps: the forward solve's count (rounds may be traced).
+    """
     w = blocks.F(z)
     da, db = fischer_burmeister_partials(z, w)
     _, At = jax.vjp(blocks.F, z)  # w is affine in z: A^T y = vjp
@@ -406,7 +433,8 @@ def _adjoint(blocks, z, z_bar, sweeps):
     def sweep(u, _):
         return blocks.over_colors(solve_color, u), None
 
-    u, _ = jax.lax.scan(sweep, jnp.zeros_like(z), None, length=sweeps)
+    one_round = lambda _, u: jax.lax.scan(sweep, u, None, length=sweeps)[0]
+    u = jax.lax.fori_loop(0, rounds, one_round, jnp.zeros_like(z))
     return db * u
 
 
@@ -418,16 +446,17 @@ def _solve(blocks, z0, solver):
 @_solve.def_fwd
 def _solve_fwd(perturbed, blocks, z0, solver):
     del perturbed
-    z, fallback = _gauss_seidel(blocks, z0, solver)
-    return (z, fallback), z
+    z, fallback, rounds = _gauss_seidel(blocks, z0, solver)
+    return (z, fallback, rounds), (z, rounds)
 
 
 @_solve.def_bwd
-def _solve_bwd(z, cotangents, perturbed, blocks, z0, solver):
+def _solve_bwd(residuals, cotangents, perturbed, blocks, z0, solver):
     del perturbed, z0
+    z, rounds = residuals
     z_bar = cotangents[0]
     z_bar = jnp.where(jnp.isfinite(z_bar), z_bar, 0.0)
-    y = _adjoint(blocks, z, z_bar, _sweep_count(blocks, solver))
+    y = _adjoint(blocks, z, z_bar, _sweep_count(blocks, solver), rounds)
     _, pullback = eqx.filter_vjp(lambda bl: bl.F(z), blocks)
     (blocks_bar,) = pullback(-y)
     return blocks_bar
@@ -435,7 +464,7 @@ def _solve_bwd(z, cotangents, perturbed, blocks, z0, solver):
 
 def solve_blocks(blocks, z0, solver):
     """Solve the sparse step problem from z0; returns (z, residual, converged, fallback)."""
-    z, fallback = _solve(blocks, jax.lax.stop_gradient(z0), solver)
+    z, fallback, _ = _solve(blocks, jax.lax.stop_gradient(z0), solver)
     residual = natural_residual(z.reshape(-1), blocks.F(z).reshape(-1))
     tol = solver.tol if solver.tol is not None else default_tol(z.dtype)
     converged = jnp.isfinite(residual) & (residual <= tol)
