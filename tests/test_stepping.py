@@ -113,11 +113,13 @@ def _rod_end_state(params, steps):
     ],
 )
 def test_rod_gradients_match_finite_differences(steps):
-    """d(final x, theta)/d(mu, J, theta0, omega0) against central differences (step 1e-6 relative).
+    """d(final x, theta)/d(mu, J, theta0, omega0) against central differences (step 1e-5 relative).
 
     The contact mode of every step is checked to be the same at +-eps, so the
     difference quotient is taken inside one smooth piece. Tolerance 1e-4 relative,
-    plus 1e-7 absolute: the FD noise of a 1e-14 residual over a 1e-7 step.
+    plus 1e-7 absolute: the FD noise of a 1e-14 residual over a 1e-6 step is about 1e-8 (a
+    1e-6 relative step left 1.2e-7 of noise where the exact derivative, d theta / d mu while
+    sticking, is 0).
     """
     p0 = jnp.array([0.6, 0.002, math.radians(30.0), 4.0])
     run = jax.jit(lambda p: _rod_end_state(p, steps))
@@ -125,7 +127,7 @@ def test_rod_gradients_match_finite_differences(steps):
     assert bool(jnp.all(jnp.isfinite(jac)))
     _, mode = run(p0)
     for i in range(4):
-        eps = 1e-6 * abs(float(p0[i]))
+        eps = 1e-5 * abs(float(p0[i]))
         (up, mode_up), (down, mode_down) = run(p0.at[i].add(eps)), run(p0.at[i].add(-eps))
         assert bool(jnp.all(mode_up == mode)) and bool(jnp.all(mode_down == mode))
         fd = (up - down) / (2 * eps)

@@ -157,7 +157,9 @@ def test_gradient_is_finite_at_rest_on_the_table():
 
 def test_large_body_scenes_pick_the_sparse_solver():
     small, large = rbd.scenes.sphere_grid(8), rbd.scenes.sphere_grid(64)
-    choose = lambda scene: _choose_solver(scene.system, rbd.PolyhedralCone(8), rbd.StewartTrinkle(), None, None, 0.0)
+    choose = lambda scene: _choose_solver(
+        scene.system, scene.state.q, rbd.PolyhedralCone(8), rbd.StewartTrinkle(), None, None, 0.0
+    )
     assert 8 * 10 <= AUTO_SIZE < 64 * 10
     assert isinstance(choose(small), rbd.SemismoothNewton)
     assert isinstance(choose(large), rbd.ContactSweeps)
