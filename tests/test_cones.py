@@ -286,6 +286,38 @@ def test_p4_sphere_in_seam(seam):
     assert abs(contact_lost(fine) - 3.6) <= 0.15
 
 
+def test_p4_velocity_level_scheme_penetrates_and_bounces_across_the_seam():
+    """002's linearized "Stewart method" at h = 0.1: growing penetration, contacts that break and come back.
+
+    The position-level constraint f(q) + h n^T v+ >= 0 cannot penetrate convex gaps (see
+    above); the velocity-level linearization n^T v+ >= 0 on the contacts whose predicted gap
+    is below delta (Anitescu-Potra) can: a contact that drifted off the curved surface
+    by more than delta is out of the step, the driving force pushes the sphere into it
+    for a whole step, and nothing pushes it back out. Run with the paper's 20 directions.
+    """
+    from jaxrbd.cones import soft_finger_directions
+
+    scene = rbd.scenes.sphere_in_seam(friction=SoftFingerCone(1.0, 1.0, 0.3, directions=soft_finger_directions("eq5")))
+    traj = jax.jit(lambda s, x: rbd.simulate(s, x, dt=0.1, steps=45, scheme=rbd.AnitescuPotra(delta=1e-3)))(*scene)
+    assert bool(traj.stats.converged.all())
+    assert float(traj.stats.residual.max()) <= RESIDUAL_TOL
+    gaps = np.asarray(jax.vmap(scene.system.gap)(traj.q))
+    pushing = np.asarray(traj.impulses.normal) > 1e-9
+    # Penetration grows with speed: deeper in the second half of the run than in the first.
+    first, second = -gaps[1:16].min(), -gaps[16:32].min()
+    lost = 0.1 * (1 + np.flatnonzero(pushing.any(1))[-1])  # end of the last step with a pushing contact
+    print(f"\nvelocity-level h = 0.1: penetration up to {first:.4f} (t <= 1.5), {second:.4f} (t <= 3.1); lost {lost:.1f}")
+    assert 0.01 < first < second
+    # A contact breaks and comes back: the sphere bounces across the gap.
+    for c in range(2):
+        on = pushing[:, c]
+        if np.any(on[np.argmin(on) :]):
+            break
+    else:
+        raise AssertionError("no contact comes back after breaking")
+    assert 2.9 <= lost <= 3.7  # the paper: about 3.6
+
+
 def test_smooth_cones_with_other_schemes_and_impact_laws():
     """Anitescu-Potra with the soft-finger cone keeps the exact P3 slope; Poisson and Newton work with EllipticCone."""
     traj = rbd.simulate(*rbd.scenes.spinning_sphere(), dt=0.07, steps=5, scheme=rbd.AnitescuPotra(delta=1e-3))
