@@ -295,13 +295,12 @@ def test_p4_velocity_level_scheme_penetrates_and_bounces_across_the_seam():
     by more than delta is out of the step, the driving force pushes the sphere into it
     for a whole step, and nothing pushes it back out. Run with the paper's 20 directions.
     """
-    from jaxrbd.cones import soft_finger_directions
+    from jaxrbd._reproduce import seam_velocity_level_run
 
-    scene = rbd.scenes.sphere_in_seam(friction=SoftFingerCone(1.0, 1.0, 0.3, directions=soft_finger_directions("eq5")))
-    traj = jax.jit(lambda s, x: rbd.simulate(s, x, dt=0.1, steps=45, scheme=rbd.AnitescuPotra(delta=1e-3)))(*scene)
+    traj, gaps = seam_velocity_level_run(time=4.5)
     assert bool(traj.stats.converged.all())
     assert float(traj.stats.residual.max()) <= RESIDUAL_TOL
-    gaps = np.asarray(jax.vmap(scene.system.gap)(traj.q))
+    gaps = np.asarray(gaps)
     pushing = np.asarray(traj.impulses.normal) > 1e-9
     # Penetration grows with speed: deeper in the second half of the run than in the first.
     first, second = -gaps[1:16].min(), -gaps[16:32].min()
