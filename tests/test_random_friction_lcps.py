@@ -88,23 +88,32 @@ def test_newton_alone_reports_its_stalls(batch100):
     assert int((~sol.converged).sum()) > 0  # the hard problems are in the batch
 
 
+def _check_loop(probs, batched):
+    """One jitted solve per problem gives what the vmapped batch gave.
+
+    Not z to round-off: the friction LCP's z is often not unique (the beta of a
+    sticking contact, the lam of a separating one), and vmap compiles other fusions,
+    so Newton may stop at another point of the solution set (seen: 1.8e-8 apart in
+    beta). The solve status, the residual bound and the generalized impulse, which
+    the dynamics use, must agree, as `_check_impulses` asks of Lemke's solution.
+    """
+    solve_one = jax.jit(lambda A, b: rbd.solve_lcp(A, b))
+    loop = [solve_one(probs.lcp.A[i], probs.lcp.b[i]) for i in range(probs.lcp.b.shape[0])]
+    loop = jax.tree_util.tree_map(lambda *x: jnp.stack(x), *loop)
+    np.testing.assert_array_equal(np.asarray(loop.converged), np.asarray(batched.converged))
+    assert float(loop.residual.max()) <= RESIDUAL_TOL
+    _check_impulses(probs, loop, batched)
+
+
 def test_vmap_matches_python_loop(batch100):
     probs, cold, _ = batch100
-    solve_one = jax.jit(lambda A, b: rbd.solve_lcp(A, b))
-    for i in range(probs.lcp.b.shape[0]):
-        one = solve_one(probs.lcp.A[i], probs.lcp.b[i])
-        np.testing.assert_allclose(np.asarray(one.z), np.asarray(cold.z[i]), rtol=1e-12, atol=1e-12)
-        assert bool(one.converged) == bool(cold.converged[i])
+    _check_loop(probs, cold)
 
 
 @pytest.mark.slow
 def test_vmap_matches_python_loop_256():
     probs = random_batch(256, seed=7)
-    batched = solve_batch_ssn(probs.lcp.A, probs.lcp.b, jnp.zeros_like(probs.lcp.b))
-    solve_one = jax.jit(lambda A, b: rbd.solve_lcp(A, b))
-    for i in range(256):
-        one = solve_one(probs.lcp.A[i], probs.lcp.b[i])
-        np.testing.assert_allclose(np.asarray(one.z), np.asarray(batched.z[i]), rtol=1e-12, atol=1e-12)
+    _check_loop(probs, solve_batch_ssn(probs.lcp.A, probs.lcp.b, jnp.zeros_like(probs.lcp.b)))
 
 
 @pytest.mark.slow
