@@ -16,7 +16,11 @@ when contacts c and c' share a moving body. `ContactSweeps` exploits that:
   and write their impulse increments back to the velocities of their bodies.
   This is the nonsmooth (projected) block Gauss-Seidel method; a sweep costs
   O(nc + nb), and a scene whose contacts touch disjoint bodies (a grid of balls
-  on a table) is solved exactly by one sweep;
+  on a table) is solved exactly by one sweep; coupled contacts take rounds of
+  sweeps until the step's residual reaches the tolerance (`max_sweeps`);
+- with a broad phase (`jaxrbd.BroadPhase`) the contact slots' bodies are traced,
+  so the slots are coloured in every step (`color_slots`) and each colour pass
+  visits every slot, masked;
 - the gradient comes from the implicit function theorem at the solution, as for
   the dense solver: the transposed Newton system (d phi / dz)^T u = z_bar is
   solved by the same coloured block Gauss-Seidel sweeps, each diagonal block by
