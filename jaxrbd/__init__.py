@@ -1,21 +1,30 @@
-"""jaxrbd: a differentiable rigid-body simulator in JAX for contact, Coulomb friction and impact."""
+"""jaxrbd: a differentiable rigid-body simulator in JAX for contact, Coulomb friction and impact.
+
+The pipeline, one module (or subpackage) per stage, data flowing one way:
+
+    model (System, State) / bodies (SceneBuilder) -> geometry (shapes, collision)
+    -> Contacts (one record per step) -> cones -> complementarity -> stepping -> sysid, batch
+"""
 
 from . import analysis as analysis
 from . import bodies as bodies
 from . import complementarity as complementarity
 from . import cones as cones
+from . import dynamics as dynamics
 from . import geometry as geometry
+from . import reference as reference
 from . import scenes as scenes
+from . import stepping as stepping
 from . import sysid as sysid
 from ._broadphase import BroadPhase as BroadPhase
+from ._contacts import Contacts as Contacts
 from ._problems import LCP as LCP
 from ._problems import NCP as NCP
 from ._problems import FrictionLCP as FrictionLCP
 from ._problems import friction_lcp as friction_lcp
 from ._problems import natural_residual as natural_residual
 from ._random import random_friction_lcp as random_friction_lcp
-from ._sweep import sweep as sweep
-from ._sweeps import ContactSweeps as ContactSweeps
+from .batch import sweep as sweep
 from .bodies import SceneBuilder as SceneBuilder
 from .complementarity import LCPSolution as LCPSolution
 from .complementarity import Lemke as Lemke
@@ -37,11 +46,16 @@ from .model import State as State
 from .model import System as System
 from .stepping import AnitescuPotra as AnitescuPotra
 from .stepping import ContactImpulses as ContactImpulses
+from .stepping import ContactSweeps as ContactSweeps
+from .stepping import DenseStep as DenseStep
 from .stepping import Newton as Newton
+from .stepping import NewtonRestitution as NewtonRestitution
 from .stepping import Poisson as Poisson
+from .stepping import PoissonRestitution as PoissonRestitution
 from .stepping import StepStats as StepStats
 from .stepping import StewartTrinkle as StewartTrinkle
 from .stepping import Trajectory as Trajectory
+from .stepping import choose_solver as choose_solver
 from .stepping import simulate as simulate
 
 __version__ = "0.1.0"

@@ -31,50 +31,13 @@ import numpy as np
 from . import _rotation as rot
 from . import cones, geometry
 from ._broadphase import BroadPhase, bounding_gaps, select
+from ._contacts import Contacts
 from ._validate import as_float, check_value, is_traced
+from .dynamics import project_to_joints
 from .model import Scene, State, System
-from .stepping import project_to_joints
 
 GRAVITY = 9.81
 OVERLAP_TOL = 1e-9  # an initial gap below -OVERLAP_TOL is reported as an overlap
-
-
-class Contacts(eqx.Module):
-    """The candidate contacts of a configuration, with fixed capacity.
-
-    Each contact j is between shapes a and b with the normal n_j pointing from a to
-    b; the Jacobian rows map the generalized velocity v to the velocity of b
-    relative to a at the contact point: along n (J_n), along the tangents t and o
-    (J_t, J_o; planar scenes have only t) and the relative spin about n (J_r, the
-    torsional row of soft-finger contact).
-
-    Attributes:
-        gap: (nc,) signed distances.
-        point: (nc, 3) contact points.
-        normal, tangent, bitangent: (nc, 3) the frame (n, t, o), t x o = n.
-        active: (nc,) bool, gap below the scene's margin.
-        J_n, J_t, J_o, J_r: (nc, nv) Jacobian rows.
-        body_a, body_b: (nc,) the moving bodies of shapes a and b (nb: the world).
-        index: (nc,) each contact's place among the candidates of every shape pair
-            (`BodyModel.pair_names`, `system.mu`); with a broad phase the contact
-            slots hold the candidates of the nearest pairs.
-        overflow: () shape pairs within the broad phase's distance left without a slot.
-    """
-
-    gap: jax.Array
-    point: jax.Array
-    normal: jax.Array
-    tangent: jax.Array
-    bitangent: jax.Array
-    active: jax.Array
-    J_n: jax.Array
-    J_t: jax.Array
-    J_o: jax.Array
-    J_r: jax.Array
-    body_a: jax.Array
-    body_b: jax.Array
-    index: jax.Array
-    overflow: jax.Array
 
 
 class BodyParams(eqx.Module):
@@ -290,85 +253,80 @@ class BodyModel:
         out["p"], out["overflow"] = p, overflow
         return out
 
-    def contacts(self, q, params):
-        """The `Contacts` at configuration q."""
-        c = self._collide(q, params)
-        n, zero = c["n"], jnp.zeros_like(c["n"])
-        rows = functools.partial(self._rows, c)
-        return Contacts(
-            gap=c["gap"],
-            point=c["x"],
-            normal=n,
-            tangent=c["t"],
-            bitangent=c["o"],
-            active=c["gap"] <= self.margin,
-            J_n=rows(n, zero),
-            J_t=rows(c["t"], zero),
-            J_o=rows(c["o"], zero),
-            J_r=rows(zero, n),
-            body_a=jnp.asarray(c["a"]),
-            body_b=jnp.asarray(c["b"]),
-            index=jnp.asarray(c["index"]),
-            overflow=c["overflow"],
-        )
+    def collide(self, q, params, mu=None, restitution=None):
+        """The contact record (`jaxrbd.Contacts`) at q: collision runs once.
 
-    def _rows(self, c, lin, ang):
-        """(nc, nv): the rows d . (velocity of b's point x - velocity of a's point x) + s . (w_b - w_a)."""
-        a, b, p, x = c["a"], c["b"], c["p"], c["x"]
-        nc, nb = x.shape[0], self.nbodies
-
-        def body_row(k):
-            spin = ang + jnp.cross(x - p[k], lin)
-            if self.dim == 3:
-                return jnp.concatenate([lin, spin], -1)
-            return jnp.stack([lin[:, 0], lin[:, 1], spin[:, 2]], -1)
-
-        rows = jnp.zeros((nc, nb + 1, self.nv_body), x.dtype)
-        rows = rows.at[np.arange(nc), b].add(body_row(b)).at[np.arange(nc), a].add(-body_row(a))
-        return rows[:, :nb].reshape(nc, nb * self.nv_body)
-
-    def contact_blocks(self, q, params):
-        """The contacts with their Jacobian rows per body: O(nc) work and memory (3D scenes).
-
-        Returns (gap, active, J_a, J_b, a, b, overflow): J_a and J_b (nc, 4, 6) are the
-        rows (n, t, o, r) of each contact on the velocity (linear, angular) of its
-        bodies a and b ((nc,) each, nb: the world); a row block on the world is zero.
-        Summed over the two bodies they are the rows of `contacts`. a and b are
-        numpy arrays for a static layout, traced with a broad phase.
+        Args:
+            q: (nq,) configuration.
+            params: the `BodyParams`.
+            mu, restitution: (ncandidates,) coefficients of every candidate contact
+                (`system.mu`, `system.epsilon`); the record carries those of its
+                slots. None: zeros.
         """
         c = self._collide(q, params)
         n, t, o, x, p = c["n"], c["t"], c["o"], c["x"], c["p"]
-        nb = self.nbodies
-        lin = jnp.stack([n, t, o, jnp.zeros_like(n)], 1)  # (nc, 4, 3)
-        ang = jnp.stack([jnp.zeros_like(n), jnp.zeros_like(n), jnp.zeros_like(n), n], 1)
+        a, b, index = jnp.asarray(c["a"]), jnp.asarray(c["b"]), jnp.asarray(c["index"])
+        nb, nc = self.nbodies, n.shape[0]
+        gap = c["gap"]
+        if mu is None:
+            mu = jnp.zeros((len(self.pair_names),), gap.dtype)
+        if restitution is None:
+            restitution = jnp.zeros_like(mu)
+        zero = jnp.zeros_like(n)
+        lin = jnp.stack([n, t, o, zero], 1)  # (nc, 4, 3): the rows (n, t, o, r)
+        ang = jnp.stack([zero, zero, zero, n], 1)
 
         def block(k, sign):
+            """(nc, 4, 6) the rows on body k's (linear, angular) velocity: d . (v_k + w_k x (x - p_k)) + s . w_k."""
             arm = (x - p[k])[:, None, :]
             rows = jnp.concatenate([lin, ang + jnp.cross(arm, lin)], -1)
             return jnp.where((k < nb)[:, None, None], sign * rows, 0.0)
 
-        gap = c["gap"]
-        return gap, gap <= self.margin, block(c["a"], -1.0), block(c["b"], 1.0), c["a"], c["b"], c["overflow"]
+        blocks = jnp.stack([block(a, -1.0), block(b, 1.0)], 1)
+        rows = None
+        if self.dim == 2:  # planar: (vx, vy, omega) per body, rows (n, t)
+            planar = blocks[..., :2, :][..., jnp.array([0, 1, 5])]
+            full = jnp.zeros((nc, 2, nb + 1, 3), gap.dtype)
+            idx = np.arange(nc)
+            full = full.at[idx, :, a].add(planar[:, 0]).at[idx, :, b].add(planar[:, 1])
+            rows, blocks = full[:, :, :nb].reshape(nc, 2, nb * 3), None
+        return Contacts(
+            gap=gap,
+            active=gap <= self.margin,
+            mu=mu[index] if self.dynamic else mu,
+            restitution=restitution[index] if self.dynamic else restitution,
+            index=index,
+            overflow=c["overflow"],
+            rows=rows,
+            blocks=blocks,
+            body_a=a,
+            body_b=b,
+            point=x,
+            normal=n,
+            tangent=t,
+            bitangent=o,
+            nv=nb * self.nv_body,
+            tangents=2 if self.dim == 3 else 1,
+            torsion=self.dim == 3,
+        )
 
-    def selection(self, q, params):
-        """((nc,) candidate index of each contact slot, () overflow) of the broad phase at q."""
-        c = self._collide(q, params)
-        return jnp.asarray(c["index"]), c["overflow"]
+    def contacts(self, q, params, mu=None, restitution=None):
+        """The `Contacts` at configuration q (the same record the step reads; see `collide`)."""
+        return self.collide(q, params, mu, restitution)
+
+    # Single questions, for `System`'s functions and for users; the step calls `collide` once.
 
     def gaps(self, q, params):
         return self._collide(q, params)["gap"]
 
     def tangents(self, q, params):
-        c = self.contacts(q, params)
-        if self.dim == 3:
-            return jnp.stack([c.J_t, c.J_o], 1)
-        return c.J_t[:, None]
+        return self.collide(q, params).friction_rows(2 if self.dim == 3 else 1)
 
     def torsions(self, q, params):
-        return self.contacts(q, params).J_r
+        return self.collide(q, params).J_r
 
     def active(self, q, params):
-        return self.contacts(q, params).active
+        return self.collide(q, params).active
 
     def _world_inertia(self, q, params):
         R = self.poses(q)[1][:-1]
@@ -382,6 +340,22 @@ class BodyModel:
         blocks = blocks.at[:, :3, :3].set(params.mass[:, None, None] * jnp.eye(3, dtype=q.dtype))
         blocks = blocks.at[:, 3:, 3:].set(self._world_inertia(q, params))
         return _block_diagonal(blocks)
+
+    def inverse_mass_blocks(self, q, params):
+        """(nb, 6, 6) the inverse of each body's block of M: diag(I / m, R I_body^-1 R^T) (3D scenes)."""
+        R = self.poses(q)[1][:-1]
+        eye = jnp.eye(3, dtype=q.dtype)
+        blocks = jnp.zeros((self.nbodies, 6, 6), q.dtype)
+        blocks = blocks.at[:, :3, :3].set(eye / params.mass[:, None, None])
+        return blocks.at[:, 3:, 3:].set(R @ jnp.linalg.inv(params.inertia) @ jnp.swapaxes(R, -1, -2))
+
+    def integrate(self, q, v, h):
+        """q + h G(q) v per body (000 §5), not normalized: O(nb) where the dense G is O(nb^2)."""
+        if self.dim == 2:
+            return q + h * v
+        qb, vb = self._per_body(q, 7), self._per_body(v, 6)
+        quat = qb[:, 3:] + h * jnp.einsum("bij,bj->bi", rot.rate_matrix(qb[:, 3:]), vb[:, 3:])
+        return jnp.concatenate([qb[:, :3] + h * vb[:, :3], quat], -1).reshape(q.shape)
 
     def kinematics(self, q, params):
         """G(q) = diag(I, E(quat)) per body (000 §5)."""
@@ -454,12 +428,12 @@ class BodyModel:
             coriolis_force=self.coriolis_force,
             normalize=self.normalize if spatial else None,
             contact_active=None if self.margin == math.inf else self.active,
+            collide=self.collide,
             restitution=restitution,
             constraints=self.constraints if self.joints else None,
             torsions=self.torsions if spatial else None,
             friction=friction,
             bodies=self,
-            selection=self.selection if self.dynamic else None,
         )
 
 

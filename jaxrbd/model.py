@@ -15,6 +15,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
+from ._contacts import Contacts, from_gaps
 from ._validate import check_value
 
 
@@ -72,10 +73,10 @@ class System(eqx.Module):
         bodies: for scenes of rigid bodies, the static `jaxrbd.bodies.BodyModel`
             whose per-body structure the sparse solver `ContactSweeps` uses; None
             for systems given by their functions.
-        selection: ``(q, params) -> ((nc,) int, () int)``: with a broad phase, the
-            place of each contact slot among the candidates that `mu` and
-            `restitution` list, and the overflow count (`jaxrbd.BroadPhase`). None:
-            the contacts are the candidates.
+        collide: ``(q, params, mu, restitution) -> Contacts``: the whole contact
+            record in one call (rigid bodies: the collision driver, which also picks
+            the broad phase's slots and their mu and restitution). None derives the
+            record from `gaps`, `tangents`, `torsions` and `contact_active`.
     """
 
     params: Any
@@ -95,7 +96,7 @@ class System(eqx.Module):
     torsions: Callable | None = eqx.field(static=True, default=None)
     friction: Any = None
     bodies: Any = eqx.field(static=True, default=None)
-    selection: Callable | None = eqx.field(static=True, default=None)
+    collide: Callable | None = eqx.field(static=True, default=None)
 
     def G(self, q):
         if self.kinematics is None:
@@ -105,26 +106,37 @@ class System(eqx.Module):
     def M(self, q):
         return self.mass_matrix(q, self.params)
 
-    def gap(self, q):
-        return self.gaps(q, self.params)
+    def contacts(self, q) -> Contacts:
+        """The contact record at q (`jaxrbd.Contacts`): collision runs once for all of it."""
+        mu, e = self.mu, self.epsilon
+        if self.collide is not None:
+            return self.collide(q, self.params, mu, e)
+        active = None if self.contact_active is None else self.contact_active(q, self.params)
+        torsions = None if self.torsions is None else (lambda q: self.torsions(q, self.params))
+        return from_gaps(
+            lambda q: self.gaps(q, self.params),
+            lambda q: self.tangents(q, self.params),
+            torsions,
+            self.G(q),
+            active,
+            mu,
+            e,
+            q,
+        )
 
-    def gap_jacobian(self, q):
-        """(nc, nq) the gradients of the gap functions, grad f_j(q)^T."""
-        return jax.jacfwd(self.gap)(q)
+    # Single questions about the contacts, for users; the step reads `contacts(q)` once.
+
+    def gap(self, q):
+        """(nc,) the gaps f_j(q)."""
+        return self.contacts(q).gap
 
     def normals(self, q):
         """(nv, nc) contact normals in velocity space, n_j = G(q)^T grad f_j(q) (000 §5)."""
-        return (self.gap_jacobian(q) @ self.G(q)).T
+        return self.contacts(q).J_n.T
 
     def contact_rows(self, q, d):
         """(nc, d, nv) the contact rows along t (d = 1), t and o (d = 2), or t, o and the torsion r (d = 3)."""
-        T = self.tangents(q, self.params)
-        if d == T.shape[1]:
-            return T
-        if d == 3 and T.shape[1] == 2 and self.torsions is not None:
-            return jnp.concatenate([T, self.torsions(q, self.params)[:, None, :]], axis=1)
-        have = f"{T.shape[1]} tangent direction(s)" + (" and torsion" if self.torsions is not None else "")
-        raise ValueError(f"the friction cone needs {d} friction components, but the system has {have}")
+        return self.contacts(q).friction_rows(d)
 
     def coriolis(self, q, v):
         """k(q, v): the Coriolis and centrifugal generalized force.
@@ -160,31 +172,24 @@ class System(eqx.Module):
 
     def active(self, q):
         """(nc,) bool: the candidate contacts the geometry keeps at q."""
-        if self.contact_active is None:
-            return jnp.ones(self.ncontacts(q), bool)
-        return self.contact_active(q, self.params)
+        return self.contacts(q).active
 
     def ncontacts(self, q):
-        """The number nc of contacts in a step (static): the gaps' length."""
-        return jax.eval_shape(self.gap, q).shape[0]
+        """The number nc of contacts in a step (static)."""
+        return jax.eval_shape(self.contacts, q).gap.shape[0]
 
     def coefficients(self, q):
         """((nc,) mu, (nc,) restitution) of the contacts at q (restitution 0 when none was given)."""
-        mu, e = self.mu, self.epsilon
-        if self.selection is None:
-            return mu, e
-        index = self.selection(q, self.params)[0]
-        return mu[index], e[index]
+        c = self.contacts(q)
+        return c.mu, c.restitution
 
     def overflow(self, q):
         """() int: the broad phase's candidate pairs left without a slot at q (0 without one)."""
-        if self.selection is None:
-            return jnp.zeros((), jnp.int32)
-        return self.selection(q, self.params)[1]
+        return self.contacts(q).overflow
 
     @property
     def epsilon(self):
-        """(nc,) the restitution coefficients (zeros when none were given)."""
+        """(nc,) the restitution coefficients of the candidates (zeros when none were given)."""
         if self.restitution is None:
             return jnp.zeros_like(self.mu)
         return jnp.broadcast_to(self.restitution, self.mu.shape)
@@ -233,12 +238,11 @@ def check_system(system, state):
     if q.ndim != 1 or v.ndim != 1:
         raise ValueError(f"state.q and state.v must be vectors, got shapes {q.shape} and {v.shape}")
     nc = system.mu.shape[-1]
-    if system.selection is not None:
-        index = jax.eval_shape(system.selection, q, system.params)[0].shape
-        nc = index[0]
+    if system.collide is not None:
+        nc = system.ncontacts(q)
     shapes = {
         "mass_matrix": (jax.eval_shape(system.M, q).shape, (v.shape[0], v.shape[0])),
-        "gaps": (jax.eval_shape(system.gap, q).shape, (nc,)),
+        "gaps": (jax.eval_shape(lambda q: system.gaps(q, system.params), q).shape, (nc,)),
         "kinematics": (jax.eval_shape(system.G, q).shape, (q.shape[0], v.shape[0])),
         "potential": (jax.eval_shape(lambda q: system.potential(q, system.params), q).shape, ()),
         "external_force": (

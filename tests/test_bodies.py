@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import jaxrbd as rbd
-from jaxrbd._reproduce import P2_PUBLISHED, P2_STEPS  # 003 Table 1
 from jaxrbd.analysis import CONTACT, convergence_row, first_contact
+from jaxrbd.reference import P2_PUBLISHED, P2_STEPS  # 003 Table 1
 
 RESIDUAL_TOL = 1e-8
 G = 9.81

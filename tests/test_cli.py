@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import jaxrbd as rbd
-from jaxrbd._cli import main
-from jaxrbd._fitcli import TrajectoryFileError, load_trajectory
+from jaxrbd.cli import main
+from jaxrbd.cli.fit import TrajectoryFileError, load_trajectory
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +67,7 @@ def test_fit_command_recovers_restitution(ball_csv, tmp_path):
 
 def test_reproduce_painleve_and_spinning_sphere(tmp_path):
     """`jaxrbd reproduce`: P5 steps through Painleve's paradox; P3 writes its figure."""
-    from jaxrbd._reproduce import run_reproduce
+    from jaxrbd.cli.reproduce import run_reproduce
 
     report = run_reproduce("painleve", out=str(tmp_path))["painleve"]
     assert report["margin"] < 0 and report["finite"]
@@ -97,6 +97,7 @@ def test_bench_prints_and_writes_the_scene_table(tmp_path, capsys):
     rows = json.loads(out.read_text())["rows"]
     ours = next(r for r in rows if r["simulator"] == "jaxrbd")
     assert ours["dtype"] == "float32" and ours["steps_per_s"] > 0 and ours["batches"]["2"] > 0
+    assert ours["solver"] and ours["solver"] in printed  # the step solver `simulate` chose, in its column
     assert ours["worst_residual"] <= 1e-5  # the float32 tolerance, over the whole 1 s rollout
     assert abs(ours["answer"]) < 1e-6  # mu > tan(theta): the cube stays put
     assert ours["grad_over_forward"] > 0

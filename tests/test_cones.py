@@ -248,7 +248,7 @@ def test_bad_cone_for_scene():
 
 @pytest.fixture(scope="module")
 def seam():
-    from jaxrbd._reproduce import SEAM_RUNS, seam_run
+    from jaxrbd.reference import SEAM_RUNS, seam_run
 
     return {label: seam_run(iterations, dt) for label, iterations, dt in SEAM_RUNS} | {
         "nonlinear, h = 0.0012": seam_run(2, 0.0012)
@@ -258,7 +258,7 @@ def seam():
 @pytest.mark.slow
 def test_p4_sphere_in_seam(seam):
     """Nonlinear at h = 0.1: on the surfaces, contact lost for good at ~3.6 s; linearized at h = 0.0012 agrees."""
-    from jaxrbd._reproduce import contact_lost, loaded
+    from jaxrbd.reference import contact_lost, loaded
 
     for label, (traj, gaps) in seam.items():
         assert np.all(np.asarray(traj.stats.converged)), label
@@ -295,7 +295,7 @@ def test_p4_velocity_level_scheme_penetrates_and_bounces_across_the_seam():
     by more than delta is out of the step, the driving force pushes the sphere into it
     for a whole step, and nothing pushes it back out. Run with the paper's 20 directions.
     """
-    from jaxrbd._reproduce import seam_velocity_level_run
+    from jaxrbd.reference import seam_velocity_level_run
 
     traj, gaps = seam_velocity_level_run(time=4.5)
     assert bool(traj.stats.converged.all())

@@ -100,9 +100,10 @@ def _impact_energy_ratio(scene, traj, law, dt):
 
     def one(state):
         t, q, v = state
-        v_plus, _, _, residual, converged = resolve_impact(
-            system, t, q, v, dt=dt, scheme=StewartTrinkle(), law=law, solver=rbd.SemismoothNewton()
+        impact = resolve_impact(
+            system, rbd.State(t, q, v), dt=dt, scheme=StewartTrinkle(), law=law, solver=rbd.SemismoothNewton()
         )
+        v_plus, residual, converged = impact.v, impact.residual, impact.converged
         before = _kinetic(system, q, v)
         return _kinetic(system, q, v_plus) - before, before, residual, converged
 
@@ -171,9 +172,9 @@ def test_energy_gain_where_the_readme_says():
         gains["newton", mu] = float(energy[-1] / energy[0] - 1)
         for label, law in (("poisson", rbd.Poisson()), ("poisson e_T=0", rbd.Poisson(tangential=0.0))):
             q, v = scene.state.q, scene.state.v
-            v_plus, *_ = resolve_impact(
-                system, 0.0, q, v, dt=1e-4, scheme=StewartTrinkle(), law=law, solver=rbd.SemismoothNewton()
-            )
+            v_plus = resolve_impact(
+                system, rbd.State(0.0, q, v), dt=1e-4, scheme=StewartTrinkle(), law=law, solver=rbd.SemismoothNewton()
+            ).v
             gains[label, mu] = float(_kinetic(system, q, v_plus) / _kinetic(system, q, v) - 1)
     print({k: f"{v:+.3f}" for k, v in gains.items()})
     assert abs(gains["newton", 0.0]) < 1e-3  # frictionless, e = 1: kept (up to one step of gravity)

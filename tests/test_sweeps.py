@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 import jaxrbd as rbd
-from jaxrbd._sweeps import AUTO_SIZE, color_contacts, enumerate_contact
-from jaxrbd.cones._polyhedral import polygon_directions
-from jaxrbd.stepping import _choose_solver
+from jaxrbd.cones import polygon_directions
+from jaxrbd.stepping import AUTO_SIZE
+from jaxrbd.stepping._sweeps import color_contacts, enumerate_contact
 
 jax.config.update("jax_enable_x64", True)
 
@@ -157,11 +157,9 @@ def test_gradient_is_finite_at_rest_on_the_table():
 
 def test_large_body_scenes_pick_the_sparse_solver():
     small, large = rbd.scenes.sphere_grid(8), rbd.scenes.sphere_grid(64)
-    choose = lambda scene: _choose_solver(
-        scene.system, scene.state.q, rbd.PolyhedralCone(8), rbd.StewartTrinkle(), None, None, 0.0
-    )
+    choose = lambda scene: rbd.choose_solver(scene.system, scene.state, friction=rbd.PolyhedralCone(8))
     assert 8 * 10 <= AUTO_SIZE < 64 * 10
-    assert isinstance(choose(small), rbd.SemismoothNewton)
+    assert isinstance(choose(small), rbd.DenseStep) and isinstance(choose(small).solver, rbd.SemismoothNewton)
     assert isinstance(choose(large), rbd.ContactSweeps)
 
 

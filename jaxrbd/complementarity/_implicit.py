@@ -4,19 +4,23 @@ At a solution z* of phi(z, theta) = FB(z, F(z, theta)) = 0 the implicit function
 theorem gives dz = -(d phi/dz)^{-1} (d phi/d theta) d theta. The reverse pass
 solves (d phi/dz)^T u = z_bar and returns theta_bar = -(d phi/d theta)^T u.
 
+The rule is written once (`implicit_solve`); how the transposed system is solved
+is its `Adjoint`: the dense pseudo-inverse here (`DenseAdjoint`), or the block
+Gauss-Seidel sweeps of the sparse step solver (`jaxrbd.ContactSweeps`).
+
 When the multipliers are not unique (more contact rows than degrees of freedom,
-the lam rows of a sticking contact) d phi/dz is singular. The transpose solve is
-then the least-squares solve of the Moore-Penrose pseudo-inverse, with singular
-values below a relative cutoff dropped. That is the transpose of the minimum-norm
-forward derivative; for a consistent perturbation it differs from every other
-solution of the linearised problem only along the null space, which the unique
-part of the solution (the generalized impulse N c_n + D beta) does not see.
+the lam rows of a sticking contact) d phi/dz is singular. The dense transpose
+solve is then the least-squares solve of the Moore-Penrose pseudo-inverse, with
+singular values below a relative cutoff dropped. That is the transpose of the
+minimum-norm forward derivative; for a consistent perturbation it differs from
+every other solution of the linearised problem only along the null space, which
+the unique part of the solution (the generalized impulse N c_n + D beta) does not
+see.
 """
 
-from functools import partial
+import abc
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 
 from ._fb import fischer_burmeister_partials
@@ -24,53 +28,75 @@ from ._fb import fischer_burmeister_partials
 PINV_RTOL_FACTOR = 100.0  # cutoff = factor * n * eps * sigma_max
 
 
-def _newton_matrix_transposed_solve(problem, z, z_bar, eps):
-    n = z.shape[-1]
-    free = jnp.arange(n) < problem.n_free
-    w = problem.F(z)
-    da, db = fischer_burmeister_partials(z, w, eps)
-    da = jnp.where(free, 0.0, da)
-    db = jnp.where(free, 1.0, db)
-    J = jnp.diag(da) + db[:, None] * problem.jac(z)
-    rtol = PINV_RTOL_FACTOR * n * jnp.finfo(z.dtype).eps
-    u = jnp.linalg.pinv(J.T, rtol=rtol) @ z_bar
-    return db * u
+class Adjoint(eqx.Module):
+    """How the reverse pass solves the transposed Newton system at the solution."""
+
+    @abc.abstractmethod
+    def transposed_solve(self, problem, raw, z_bar):
+        """y = db * u, where (d phi / dz)^T u = z_bar at z = raw.z; theta_bar = -(dF/d theta)^T y.
+
+        Args:
+            problem: the problem; it has `F(z)` (w, the same shape as z).
+            raw: the forward solve's result (`raw.z`, and what else the solver saved).
+            z_bar: the cotangent of z.
+        """
 
 
-@partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2))
-def _solve(run, static, eps, dynamic, z0):
-    return run(eqx.combine(dynamic, static), z0)
+class DenseAdjoint(Adjoint):
+    """The transposed Newton matrix, formed densely and solved by its pseudo-inverse.
+
+    Attributes:
+        smoothing: eps >= 0. With eps > 0 the reverse pass uses the Jacobian of the
+            smoothed FB(a, b) = a + b - sqrt(a^2 + b^2 + 2 eps^2) at the solution:
+            rows near a switch get a blend of both sides instead of a zero or a jump.
+    """
+
+    smoothing: float = eqx.field(static=True, default=0.0)
+
+    def transposed_solve(self, problem, raw, z_bar):
+        z = raw.z
+        n = z.shape[-1]
+        free = jnp.arange(n) < problem.n_free
+        da, db = fischer_burmeister_partials(z, problem.F(z), self.smoothing)
+        da = jnp.where(free, 0.0, da)
+        db = jnp.where(free, 1.0, db)
+        J = jnp.diag(da) + db[:, None] * problem.jac(z)
+        rtol = PINV_RTOL_FACTOR * n * jnp.finfo(z.dtype).eps
+        return db * (jnp.linalg.pinv(J.T, rtol=rtol) @ z_bar)
 
 
-def _solve_fwd(run, static, eps, dynamic, z0):
-    raw = run(eqx.combine(dynamic, static), z0)
-    return raw, (dynamic, raw.z)
+@eqx.filter_custom_vjp
+def _implicit(problem, run, adjoint, z0):
+    return run(problem, z0)
 
 
-def _solve_bwd(run, static, eps, saved, cotangent):
-    dynamic, z = saved
-    z_bar = jnp.where(jnp.isfinite(cotangent.z), cotangent.z, 0.0)
-    problem = eqx.combine(dynamic, static)
-    v = _newton_matrix_transposed_solve(problem, z, z_bar, eps)
-    _, pullback = jax.vjp(lambda dyn: eqx.combine(dyn, static).F(z), dynamic)
-    (dynamic_bar,) = pullback(-v)
-    return dynamic_bar, jnp.zeros_like(z)
+@_implicit.def_fwd
+def _implicit_fwd(perturbed, problem, run, adjoint, z0):
+    del perturbed
+    raw = run(problem, z0)
+    return raw, raw
 
 
-_solve.defvjp(_solve_fwd, _solve_bwd)
+@_implicit.def_bwd
+def _implicit_bwd(raw, cotangent, perturbed, problem, run, adjoint, z0):
+    del perturbed, run, z0
+    z_bar = cotangent.z
+    z_bar = jnp.zeros_like(raw.z) if z_bar is None else jnp.where(jnp.isfinite(z_bar), z_bar, 0.0)
+    y = adjoint.transposed_solve(problem, raw, z_bar)
+    _, pullback = eqx.filter_vjp(lambda p: p.F(raw.z), problem)
+    return pullback(-y)[0]
 
 
-def implicit_solve(run, problem, z0, grad_smoothing=0.0):
+def implicit_solve(run, problem, z0, grad_smoothing=0.0, adjoint=None):
     """Call `run(problem, z0)` with gradients from the implicit rule at its solution.
 
     Args:
-        run: a callable (problem, z0) -> RawSolution; never differentiated.
-        problem: an `LCP` or `NCP`; its array leaves receive gradients.
-        z0: (n,) starting point (no gradient).
-        grad_smoothing: eps >= 0. With eps > 0 the reverse pass uses the Jacobian
-            of the smoothed FB(a, b) = a + b - sqrt(a^2 + b^2 + 2 eps^2) at the
-            solution: rows near a switch get a blend of both sides instead of a
-            zero or a jump.
+        run: a callable (problem, z0) -> a result with `.z`; never differentiated.
+        problem: an `LCP`, `NCP` or any module with `F(z)`; its floating array
+            leaves receive gradients.
+        z0: starting point (no gradient).
+        grad_smoothing: eps >= 0 of the default `DenseAdjoint`.
+        adjoint: the `Adjoint`; None: `DenseAdjoint(grad_smoothing)`.
     """
-    dynamic, static = eqx.partition(problem, eqx.is_inexact_array)
-    return _solve(run, static, float(grad_smoothing), dynamic, z0)
+    adjoint = DenseAdjoint(float(grad_smoothing)) if adjoint is None else adjoint
+    return _implicit(problem, run, adjoint, z0)

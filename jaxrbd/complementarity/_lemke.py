@@ -4,8 +4,9 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-# Status codes shared by all solvers (see `_solution.Status`).
-SUCCESS, MAX_STEPS, RAY, NONFINITE = 0, 1, 2, 3
+from ._status import Status
+
+SUCCESS, MAX_STEPS, RAY, NONFINITE = (int(s) for s in (Status.SUCCESS, Status.MAX_STEPS, Status.RAY, Status.NONFINITE))
 
 PIVOT_TOL = 1e-12
 TIE_TOL = 1e-11

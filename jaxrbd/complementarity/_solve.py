@@ -7,17 +7,8 @@ import numpy as np
 
 from .._problems import LCP, NCP, natural_residual
 from ._implicit import implicit_solve
-from ._lemke import MAX_STEPS, NONFINITE, RAY, SUCCESS
+from ._status import Status
 from ._solvers import SemismoothNewton, default_tol
-
-
-class Status:
-    """Solver status codes reported in `LCPSolution.status`."""
-
-    SUCCESS = SUCCESS
-    MAX_STEPS = MAX_STEPS  # ran out of iterations (or pivots) above tolerance
-    RAY = RAY  # Lemke ended on a secondary ray: no solution found
-    NONFINITE = NONFINITE  # NaN or inf in the data or the iterates
 
 
 class LCPSolution(eqx.Module):
@@ -28,7 +19,7 @@ class LCPSolution(eqx.Module):
         w: (n,) w = F(z) (A z + b for an LCP).
         residual: max-norm of the natural map, |min(z_i, w_i)| (|w_i| on equality rows).
         converged: residual <= tol and all finite.
-        status: a `Status` code.
+        status: a `Status` code (`Status.message(code)` says what it means).
         iterations: Newton iterations per start (plus Lemke pivots when the fallback ran).
         fallback: whether the Lemke fallback ran for this problem.
     """
@@ -81,9 +72,8 @@ def _finish(problem, raw, solver):
     tol = solver.tol if solver.tol is not None else default_tol(z.dtype)
     finite = jnp.isfinite(residual)
     converged = finite & (residual <= tol)
-    status = jnp.where(
-        converged, SUCCESS, jnp.where(finite, jnp.where(raw.status == SUCCESS, MAX_STEPS, raw.status), NONFINITE)
-    )
+    failed = jnp.where(raw.status == Status.SUCCESS, Status.MAX_STEPS, raw.status)
+    status = jnp.where(converged, Status.SUCCESS, jnp.where(finite, failed, Status.NONFINITE))
     return LCPSolution(z, w, residual, converged, status, raw.iterations, raw.fallback)
 
 

@@ -9,7 +9,8 @@ import jax
 import jax.numpy as jnp
 
 from .._problems import LCP, natural_residual
-from ._lemke import MAX_STEPS, SUCCESS, lemke_mixed
+from ._lemke import lemke_mixed
+from ._status import Status
 from ._newton import newton_chain, row_scale
 
 POLISH_LINE_SEARCH = 8
@@ -130,7 +131,7 @@ class SemismoothNewton(eqx.Module):
         failed = ~(jnp.min(res) <= tol)
         iterations = jnp.array(self.iterations)
         if not (self.fallback and isinstance(problem, LCP)):
-            return RawSolution(z, jnp.where(failed, MAX_STEPS, SUCCESS), iterations, jnp.array(False))
+            return RawSolution(z, jnp.where(failed, Status.MAX_STEPS, Status.SUCCESS), iterations, jnp.array(False))
         return _lemke_fallback(problem, z, failed, iterations)
 
 
@@ -150,5 +151,5 @@ def _lemke_fallback(problem, z, failed, iterations):
     raw = Lemke().run(masked, z)
     better = failed & (_residual(problem, raw.z) < _residual(problem, z))
     z = jnp.where(better, raw.z, z)
-    status = jnp.where(failed, raw.status, SUCCESS)
+    status = jnp.where(failed, raw.status, Status.SUCCESS)
     return RawSolution(z, status, iterations + jnp.where(failed, raw.iterations, 0), failed)

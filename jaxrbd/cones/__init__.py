@@ -7,13 +7,14 @@
 - `PerContactCone(cones, index)`: a different cone per contact, in one mixed NCP
   (`SceneBuilder.set_pair(a, b, friction=...)` makes one).
 
-Every cone has `dim` (1: t; 2: t, o; 3: t, o and the torsion r), `size(nc, ng)` (the
+Every cone is a `Cone`: it has `dim` (1: t; 2: t, o; 3: t, o and the torsion r), `size(nc, ng)` (the
 length of its unknown z) and `build(M, N, T, mu, b, bn=, active=, J=, bj=)`, which
 returns a problem with `.problem` (the LCP or NCP to solve) and the maps from its
 solution z to `normal`, `friction` (contact coordinates), `joint`, `impulse` and
 `velocity`.
 """
 
+from ._base import Cone as Cone
 from ._composite import PerContactCone as PerContactCone
 from ._polyhedral import PlanarCone as PlanarCone
 from ._polyhedral import PolyhedralCone as PolyhedralCone
@@ -25,9 +26,8 @@ from ._smooth import MixedCone as MixedCone
 from ._smooth import SoftFingerCone as SoftFingerCone
 from ._smooth import project_ball as project_ball
 
-CONES = (PolyhedralCone, EllipticCone, SoftFingerCone, MixedCone, PerContactCone)
 
 
 def is_cone(x):
-    """True for a friction cone object."""
-    return isinstance(x, CONES)
+    """True for a friction cone object (an instance of `Cone`)."""
+    return isinstance(x, Cone)

@@ -1,5 +1,8 @@
-"""Shared helpers of the friction cones: their scale parameters."""
+"""The friction cone family: what every cone provides, and the scale parameters they share."""
 
+import abc
+
+import equinox as eqx
 import jax.numpy as jnp
 
 from .._validate import as_float, check_value
@@ -20,3 +23,39 @@ def contact_scale(scales, nc, dtype):
         if s.ndim == 1 and s.shape[0] != nc:
             raise ValueError(f"a cone scale has {s.shape[0]} entries, but the scene has {nc} contacts")
     return jnp.stack([jnp.broadcast_to(jnp.asarray(s, dtype), (nc,)) for s in scales], axis=-1)
+
+
+class Cone(eqx.Module):
+    """A friction cone: turns a step's contact rows into a complementarity problem.
+
+    A cone provides `dim` (its friction components: 1, t; 2, t and o; 3, t, o and
+    the torsion r), `size(nc, ng)` (the length of its unknown z) and `build(...)`,
+    the step problem. The problem `build` returns has `.problem` (the LCP or NCP
+    to solve) and the maps from its solution z to `normal` (nc,), `friction`
+    (nc, dim) in contact coordinates, `joint` (ng,), `impulse` (nv,) and
+    `velocity` (nv,). A cone whose problem is an LCP with per-contact blocks can
+    also serve the sparse solver (`PolyhedralCone.contact_maps`).
+    """
+
+    @property
+    @abc.abstractmethod
+    def dim(self) -> int:
+        """The number of friction components per contact."""
+
+    @abc.abstractmethod
+    def size(self, nc, ng):
+        """The length of z for nc contacts and ng joint rows."""
+
+    @abc.abstractmethod
+    def build(self, M, N, T, mu, b, *, bn=None, active=None, J=None, bj=None):
+        """The step problem.
+
+        Args:
+            M: (nv, nv) mass matrix.
+            N: (nv, nc) normals.
+            T: (nc, dim, nv) the friction rows of each contact.
+            mu: (nc,) friction coefficients.
+            b: (nv,) free velocity.
+            bn: (nc,) offsets of the normal rows; active: (nc,) bool, the contacts in
+                the problem; J: (nv, ng) joint rows; bj: (ng,) their offsets.
+        """

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._problems import NCP
-from ._base import contact_scale
+from ._base import Cone, contact_scale
 from ._polyhedral import PolyhedralCone
 from ._smooth import SoftFingerCone, _SmoothCone, project_ball
 
@@ -117,7 +117,7 @@ class CompositeProblem(eqx.Module):
         return self.b + jnp.linalg.solve(self.M, self.impulse(z))
 
 
-class PerContactCone(eqx.Module):
+class PerContactCone(Cone):
     """A friction cone chosen per contact: `cones[index[j]]` acts at contact j.
 
     Any mix of polyhedral, elliptic, soft-finger and mixed cones; the step is one
@@ -135,10 +135,8 @@ class PerContactCone(eqx.Module):
     index: tuple = eqx.field(static=True)
 
     def __init__(self, cones, index):
-        from . import is_cone
-
         cones = tuple(cones)
-        if not cones or not all(is_cone(c) for c in cones):
+        if not cones or not all(isinstance(c, Cone) for c in cones):
             raise TypeError(f"PerContactCone: cones must be a non-empty sequence of cones, got {cones!r}")
         index = tuple(int(i) for i in index)
         if not index or min(index) < 0 or max(index) >= len(cones):

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._problems import friction_lcp
-from ._base import check_scale, contact_scale
+from ._base import Cone, check_scale, contact_scale
 
 
 def polygon_directions(k):
@@ -146,7 +146,7 @@ class PolyhedralProblem(eqx.Module):
         return self.lcp.velocity(z)
 
 
-class PolyhedralCone(eqx.Module):
+class PolyhedralCone(Cone):
     """The polyhedral friction cone {D beta : beta >= 0, sum beta <= mu c_n} (000 eq. (6), 003 eq. (3)).
 
     The friction impulse of a contact in its coordinates (t, o[, r]) is
@@ -207,6 +207,43 @@ class PolyhedralCone(eqx.Module):
     def size(self, nc, ng):
         """The length of z for nc contacts and ng joint rows."""
         return ng + nc * (self.k + 2)
+
+    @property
+    def regular(self):
+        """Whether the directions are the regular polygon of `PolyhedralCone(k)` in (t, o), in angle order."""
+        return self.dim == 2 and np.allclose(self.U, polygon_directions(self.k))
+
+    def scaled_directions(self, nc, dtype):
+        """(nc, k, d) each contact's directions stretched by its scales, e * u_i."""
+        scale = contact_scale((self.e_t, self.e_o, self.e_r)[: self.dim], nc, dtype)
+        return jnp.einsum("kd,cd->ckd", jnp.asarray(self.U, dtype), scale)
+
+    def contact_maps(self, mu, active):
+        """The per-contact form of the friction LCP, for the sparse solver (`jaxrbd.ContactSweeps`).
+
+        With z_c = [c_n, beta (k), lam] per contact, the impulse in (n, t, o) is
+        K_c z_c and the contact's rows are w_c = K_c^T (J_c v+) + L_c z_c.
+
+        Args:
+            mu: (nc,) friction coefficients.
+            active: (nc,) float, 1 for a contact in the step (K is zero for the others).
+
+        Returns:
+            K (nc, 3, k + 2) and L (nc, k + 2, k + 2).
+        """
+        if self.dim != 2:
+            raise ValueError(f"contact_maps needs a cone in (t, o), got {self.dim} friction components")
+        nc, k, dtype = mu.shape[0], self.k, mu.dtype
+        S = self.scaled_directions(nc, dtype)
+        K = jnp.zeros((nc, 3, k + 2), dtype)
+        K = K.at[:, 0, 0].set(1.0)
+        K = K.at[:, 1:, 1 : k + 1].set(jnp.swapaxes(S, 1, 2))
+        K = K * active[:, None, None]
+        L = jnp.zeros((nc, k + 2, k + 2), dtype)
+        L = L.at[:, 1 : k + 1, k + 1].set(1.0)
+        L = L.at[:, k + 1, 0].set(mu)
+        L = L.at[:, k + 1, 1 : k + 1].set(-1.0)
+        return K, L
 
     def build(self, M, N, T, mu, b, *, bn=None, active=None, J=None, bj=None):
         """The step problem from the contact rows; see `jaxrbd.friction_lcp` for the arguments.

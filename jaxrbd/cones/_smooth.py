@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 
 from .._problems import NCP
-from ._base import check_scale, contact_scale
+from ._base import Cone, check_scale, contact_scale
 from ._polyhedral import PolyhedralCone
 
 
@@ -118,7 +118,7 @@ class SmoothProblem(eqx.Module):
         return self.b + jnp.linalg.solve(self.M, self.impulse(z))
 
 
-class _SmoothCone(eqx.Module):
+class _SmoothCone(Cone):
     """Shared build of the smooth cones; subclasses give `_scales()` and `torsion_box`."""
 
     @property

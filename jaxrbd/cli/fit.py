@@ -62,9 +62,9 @@ def load_trajectory(path, scene, dt):
 def _sliding_block(data, dt):
     import jax.numpy as jnp
 
-    from . import scenes
-    from .cones import EllipticCone
-    from .stepping import simulate
+    from .. import scenes
+    from ..cones import EllipticCone
+    from ..stepping import simulate
 
     xy = np.stack([data["x"], data["y"]], axis=1)
     steps = len(xy) - 1
@@ -89,8 +89,8 @@ def _sliding_block(data, dt):
 def _bouncing_ball(data, dt, radius):
     import jax.numpy as jnp
 
-    from . import scenes
-    from .stepping import Newton, simulate
+    from .. import scenes
+    from ..stepping import Newton, simulate
 
     z = data["z"][:, None]
     steps = len(z) - 1
@@ -110,7 +110,7 @@ def run_fit(path, *, scene, dt, out, force=False, steps=100, radius=0.1):
     """Fit the file's trajectory; write `out/fit.json` and `out/fit.png`; return the fitted parameters."""
     import jax.numpy as jnp
 
-    from .sysid import Free, Interval, Positive, fit, trajectory_loss
+    from ..sysid import Free, Interval, Positive, fit, trajectory_loss
 
     if not dt > 0:
         raise TrajectoryFileError(f"--dt must be > 0, got {dt}")

@@ -8,8 +8,8 @@ import jax
 import jax.numpy as jnp
 from tqdm.auto import tqdm
 
-from ._random import random_friction_lcp
-from .complementarity import Lemke, SemismoothNewton, solve_lcp
+from .._random import random_friction_lcp
+from ..complementarity import Lemke, SemismoothNewton, solve_lcp
 
 DIRECTIONS = 8
 CONTACTS = (1, 2, 5, 10, 20)
@@ -118,8 +118,8 @@ def main(out=None, batch=256, repeats=3, contacts=CONTACTS, solvers=True):
 
 def rod_benchmark(batch=256, dt=0.0025, steps=320, repeats=3):
     """The falling rod (P1): compile time, steps/s, batched env-steps/s, gradient cost."""
-    from . import scenes
-    from .stepping import simulate
+    from .. import scenes
+    from ..stepping import simulate
 
     def final_x(mu):
         return simulate(*scenes.falling_rod(mu=mu), dt=dt, steps=steps).q[-1, 0]
@@ -165,8 +165,8 @@ def grid_benchmark(n=64, dt=0.01, steps=20, batches=(64, 512), repeats=1, gradie
 
     The batch varies mu. Each figure is the median of `repeats` runs after a warm-up call.
     """
-    from . import scenes
-    from .stepping import simulate
+    from .. import scenes
+    from ..stepping import simulate
 
     def final(mu):
         traj = simulate(*scenes.sphere_grid(n, mu=mu), dt=dt, steps=steps)

@@ -21,10 +21,14 @@ when contacts c and c' share a moving body. `ContactSweeps` exploits that:
 - with a broad phase (`jaxrbd.BroadPhase`) the contact slots' bodies are traced,
   so the slots are coloured in every step (`color_slots`) and each colour pass
   visits every slot, masked;
-- the gradient comes from the implicit function theorem at the solution, as for
-  the dense solver: the transposed Newton system (d phi / dz)^T u = z_bar is
-  solved by the same coloured block Gauss-Seidel sweeps, each diagonal block by
-  its pseudo-inverse, applying A^T matrix-free (a `vjp` of the sparse w(z)).
+- the gradient comes from the implicit rule of every complementarity solve
+  (`jaxrbd.complementarity.implicit_solve`) with its own `Adjoint`: the
+  transposed Newton system (d phi / dz)^T u = z_bar is solved by the same
+  coloured block Gauss-Seidel sweeps, each diagonal block by its
+  pseudo-inverse, applying A^T matrix-free (a `vjp` of the sparse w(z)).
+
+The step reads the contact record (`System.contacts`, per-body rows) and the
+shared dynamics (`jaxrbd.dynamics`) like the dense step.
 
 Every step reports the natural residual of the whole LCP, evaluated sparsely.
 """
@@ -34,13 +38,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _rotation as rot
-from ._problems import LCP, natural_residual
-from .complementarity._fb import fischer_burmeister_partials
-from .complementarity._implicit import PINV_RTOL_FACTOR
-from .complementarity._solvers import SemismoothNewton, default_tol
-from .cones import PolyhedralCone
-from .cones._base import contact_scale
+from .. import dynamics
+from .._problems import LCP, natural_residual
+from ..complementarity import Adjoint, implicit_solve
+from ..complementarity._fb import fischer_burmeister_partials
+from ..complementarity._implicit import PINV_RTOL_FACTOR
+from ..complementarity._solvers import SemismoothNewton, default_tol
+from ..cones import PolyhedralCone
+from ..model import State
+from ._dense import step_active
+from ._solver import StepSolver
+from ._types import ContactImpulses, StepStats
 
 # The dense LCP size above which `simulate` picks `ContactSweeps` by itself for a
 # scene of rigid bodies (sphere_grid(8) has 80 rows, sphere_grid(64) 640). Below
@@ -50,14 +58,15 @@ AUTO_SIZE = 300
 COUPLED_SWEEPS = 100
 
 
-class ContactSweeps(eqx.Module):
+class ContactSweeps(StepSolver):
     """The sparse solver for scenes of rigid bodies: block Gauss-Seidel sweeps over contacts.
 
     Pass it as `simulate(..., solver=ContactSweeps())`; `simulate` also picks it
-    by itself when a body scene's dense LCP has more than `AUTO_SIZE` rows. It
-    supports 3D scenes built by `SceneBuilder` with the polyhedral cone, the
-    Stewart-Trinkle (linearized) and Anitescu-Potra schemes, no joints and no
-    impact law; other settings raise a ValueError naming the option.
+    by itself when a body scene's dense LCP has more than `AUTO_SIZE` rows
+    (`choose_solver`). It supports 3D scenes built by `SceneBuilder` with the
+    polyhedral cone, the Stewart-Trinkle (linearized) and Anitescu-Potra schemes,
+    no joints and no impact law (`supports` says why not; `simulate` raises a
+    ValueError naming the option).
 
     Attributes:
         sweeps: static number of Gauss-Seidel sweeps per step (forward and adjoint);
@@ -91,6 +100,82 @@ class ContactSweeps(eqx.Module):
     @property
     def local(self):
         return SemismoothNewton(iterations=self.iterations, fallback=self.fallback)
+
+    @property
+    def name(self):
+        return "ContactSweeps"
+
+    def supports(self, system, scheme, cone, restitution, grad_smoothing):
+        model = system.bodies
+        if model is None:
+            return "it needs a scene of rigid bodies built by jaxrbd.SceneBuilder (system.bodies is None)"
+        if model.dim != 3:
+            return "it supports 3D scenes only (this one is planar)"
+        if model.joints:
+            return "it does not support joints; use the dense SemismoothNewton"
+        if not isinstance(cone, PolyhedralCone) or cone.dim != 2:
+            return f"it supports the polyhedral cone in (t, o) only, got {type(cone).__name__}"
+        if restitution is not None:
+            return "it does not support an impact law (restitution must be None)"
+        if grad_smoothing:
+            return "grad_smoothing must be 0"
+        if scheme.fixed_point_iterations:
+            return "it supports the linearized Stewart-Trinkle scheme only (fixed_point_iterations=0)"
+        if scheme.projects:
+            return "it does not support AnitescuPotra(project=True)"
+        return None
+
+    def init(self, system, state, cone):
+        return jnp.zeros((system.ncontacts(state.q), cone.k + 2), state.q.dtype)
+
+    def step(self, system, state, z, *, dt, scheme, cone, restitution=None, grad_smoothing=0.0, project_joints=True):
+        """One step by block Gauss-Seidel sweeps: (next state, z (nc, k + 2), impulses, stats)."""
+        del restitution, grad_smoothing, project_joints  # unsupported (see `supports`) or without effect
+        model = system.bodies
+        t, q, v = state.t, state.q, state.v
+        nb, dtype = model.nbodies, q.dtype
+        contacts = system.contacts(q)
+        motion = dynamics.free_body_motion(system, t, q, v, dt)
+        active = step_active(system, contacts, q, v, dt, scheme.delta)
+        gap = contacts.gap
+        bn = gap / dt if scheme.position_level else jnp.zeros_like(gap)
+        mu = contacts.mu.astype(dtype)
+        K, L = cone.contact_maps(mu, active.astype(dtype))
+        S = cone.scaled_directions(contacts.size, dtype)
+        blocks = Blocks(
+            J_a=contacts.blocks[:, 0, :3],
+            J_b=contacts.blocks[:, 1, :3],
+            Minv=motion.Minv,
+            v_free=motion.v_free,
+            K=K,
+            L=L,
+            bn=bn,
+            active=jax.lax.stop_gradient(active.astype(dtype)),
+            mu=mu,
+            S=S if cone.regular else None,
+            a=contacts.body_a,
+            b=contacts.body_b,
+            color=color_slots(contacts.body_a, contacts.body_b, nb) if model.dynamic else None,
+            colors=None if model.dynamic else _colors(model),
+        )
+        z, residual, converged, fallback = solve_blocks(blocks, z, self)
+        v_next = blocks.velocity(z)[:nb].reshape(-1)
+        q_next = dynamics.integrate(system, q, v_next, dt)
+        impulses = ContactImpulses(
+            normal=z[:, 0],
+            friction=jnp.einsum("ck,ckd->cd", z[:, 1:-1], S),
+            moment=jnp.zeros((contacts.size,), dtype),
+            joint=jnp.zeros((0,), dtype),
+        )
+        stats = StepStats(
+            residual=residual,
+            converged=converged,
+            fallback=fallback,
+            active=active,
+            joint_violation=jnp.zeros((), dtype),
+            overflow=contacts.overflow,
+        )
+        return State(t + dt, q_next, v_next), z, impulses, stats
 
 
 # Colours available to the traced colouring of a broad phase's contact slots; a
@@ -143,30 +228,6 @@ def color_contacts(a, b, nbodies):
     return tuple(tuple(c) for c in colors)
 
 
-def unsupported(system, cone, scheme, restitution, grad_smoothing):
-    """Why `ContactSweeps` cannot run this step (a string), or None when it can."""
-    from .stepping import AnitescuPotra, StewartTrinkle
-
-    model = system.bodies
-    if model is None:
-        return "it needs a scene of rigid bodies built by jaxrbd.SceneBuilder (system.bodies is None)"
-    if model.dim != 3:
-        return "it supports 3D scenes only (this one is planar)"
-    if model.joints:
-        return "it does not support joints; use the dense SemismoothNewton"
-    if not isinstance(cone, PolyhedralCone) or cone.dim != 2:
-        return f"it supports the polyhedral cone in (t, o) only, got {type(cone).__name__}"
-    if restitution is not None:
-        return "it does not support an impact law (restitution must be None)"
-    if grad_smoothing:
-        return "grad_smoothing must be 0"
-    if isinstance(scheme, StewartTrinkle) and scheme.fixed_point_iterations:
-        return "it supports the linearized Stewart-Trinkle scheme only (fixed_point_iterations=0)"
-    if isinstance(scheme, AnitescuPotra) and scheme.project:
-        return "it does not support AnitescuPotra(project=True)"
-    return None
-
-
 class Blocks(eqx.Module):
     """The sparse step problem: w(z) per contact, z (nc, m) = [c_n, beta (k), lam] per contact.
 
@@ -182,8 +243,7 @@ class Blocks(eqx.Module):
         S: (nc, k, 2) the scaled directions s_i = (e_t u_i1, e_o u_i2) when they form
             a regular polygon (the exact local solver `enumerate_contact`); None
             for other direction sets (local semismooth Newton).
-        a, b: (nc,) body indices of each contact: numpy constants for a static
-            layout, traced when a broad phase fills the contact slots.
+        a, b: (nc,) body indices of each contact (from the contact record).
         color: (nc,) int colour of each contact (`color_slots`) when the bodies
             are traced; None for a static layout.
         colors: the static colouring (`color_contacts`), or None when `color` is used.
@@ -199,8 +259,8 @@ class Blocks(eqx.Module):
     active: jax.Array
     mu: jax.Array
     S: jax.Array | None
-    a: jax.Array | np.ndarray
-    b: jax.Array | np.ndarray
+    a: jax.Array
+    b: jax.Array
     color: jax.Array | None
     colors: tuple | None = eqx.field(static=True)
 
@@ -411,169 +471,61 @@ def _gauss_seidel(blocks, z, solver):
     return carry[1], carry[2], n
 
 
-def _adjoint(blocks, z, z_bar, sweeps, rounds):
-    """u with (d phi / dz)^T u = z_bar by coloured block Gauss-Seidel; returns db * u (see `_implicit`).
+class SweepResult(eqx.Module):
+    """The forward sweeps' result: z (nc, m), whether a local Lemke fallback ran, the rounds of sweeps."""
 
-    sweeps x rounds sweeps: the forward solve's count (rounds may be traced).
+    z: jax.Array
+    fallback: jax.Array
+    rounds: jax.Array
+
+
+class SweepAdjoint(Adjoint):
+    """The transposed Newton system solved by as many coloured block Gauss-Seidel sweeps as the forward solve ran.
+
+    Attributes:
+        sweeps: the static sweeps per round (`_sweep_count`); the rounds come from the forward result.
     """
-    w = blocks.F(z)
-    da, db = fischer_burmeister_partials(z, w)
-    _, At = jax.vjp(blocks.F, z)  # w is affine in z: A^T y = vjp
-    m = z.shape[-1]
-    B = da[:, :, None] * jnp.eye(m, dtype=z.dtype) + db[:, :, None] * blocks.diagonal(blocks.delassus())
-    rtol = PINV_RTOL_FACTOR * m * jnp.finfo(z.dtype).eps
-    P = jnp.linalg.pinv(jnp.swapaxes(B, -1, -2), rtol=rtol)  # (B^T)^+ per contact
 
-    def transposed(u):
-        return da * u + At(db * u)[0]
+    sweeps: int = eqx.field(static=True)
 
-    def solve_color(u, idx, mask):
-        r = z_bar[idx] - transposed(u)[idx] + jnp.einsum("cnm,cn->cm", B[idx], u[idx])
-        u_new = jnp.einsum("cmn,cn->cm", P[idx], r)
-        if mask is not None:
-            u_new = jnp.where(mask[:, None], u_new, u[idx])
-        return u.at[idx].set(u_new)
+    def transposed_solve(self, problem, raw, z_bar):
+        blocks, z = problem, raw.z
+        w = blocks.F(z)
+        da, db = fischer_burmeister_partials(z, w)
+        _, At = jax.vjp(blocks.F, z)  # w is affine in z: A^T y = vjp
+        m = z.shape[-1]
+        B = da[:, :, None] * jnp.eye(m, dtype=z.dtype) + db[:, :, None] * blocks.diagonal(blocks.delassus())
+        rtol = PINV_RTOL_FACTOR * m * jnp.finfo(z.dtype).eps
+        P = jnp.linalg.pinv(jnp.swapaxes(B, -1, -2), rtol=rtol)  # (B^T)^+ per contact
 
-    def sweep(u, _):
-        return blocks.over_colors(solve_color, u), None
+        def transposed(u):
+            return da * u + At(db * u)[0]
 
-    one_round = lambda _, u: jax.lax.scan(sweep, u, None, length=sweeps)[0]
-    u = jax.lax.fori_loop(0, rounds, one_round, jnp.zeros_like(z))
-    return db * u
+        def solve_color(u, idx, mask):
+            r = z_bar[idx] - transposed(u)[idx] + jnp.einsum("cnm,cn->cm", B[idx], u[idx])
+            u_new = jnp.einsum("cmn,cn->cm", P[idx], r)
+            if mask is not None:
+                u_new = jnp.where(mask[:, None], u_new, u[idx])
+            return u.at[idx].set(u_new)
 
+        def sweep(u, _):
+            return blocks.over_colors(solve_color, u), None
 
-@eqx.filter_custom_vjp
-def _solve(blocks, z0, solver):
-    return _gauss_seidel(blocks, z0, solver)
-
-
-@_solve.def_fwd
-def _solve_fwd(perturbed, blocks, z0, solver):
-    del perturbed
-    z, fallback, rounds = _gauss_seidel(blocks, z0, solver)
-    return (z, fallback, rounds), (z, rounds)
-
-
-@_solve.def_bwd
-def _solve_bwd(residuals, cotangents, perturbed, blocks, z0, solver):
-    del perturbed, z0
-    z, rounds = residuals
-    z_bar = cotangents[0]
-    z_bar = jnp.where(jnp.isfinite(z_bar), z_bar, 0.0)
-    y = _adjoint(blocks, z, z_bar, _sweep_count(blocks, solver), rounds)
-    _, pullback = eqx.filter_vjp(lambda bl: bl.F(z), blocks)
-    (blocks_bar,) = pullback(-y)
-    return blocks_bar
+        one_round = lambda _, u: jax.lax.scan(sweep, u, None, length=self.sweeps)[0]
+        u = jax.lax.fori_loop(0, raw.rounds, one_round, jnp.zeros_like(z))
+        return db * u
 
 
 def solve_blocks(blocks, z0, solver):
     """Solve the sparse step problem from z0; returns (z, residual, converged, fallback)."""
-    z, fallback, _ = _solve(blocks, jax.lax.stop_gradient(z0), solver)
+    run = lambda blocks, z0: SweepResult(*_gauss_seidel(blocks, z0, solver))
+    adjoint = SweepAdjoint(_sweep_count(blocks, solver))
+    raw = implicit_solve(run, blocks, jax.lax.stop_gradient(z0), adjoint=adjoint)
+    z = raw.z
     residual = natural_residual(z.reshape(-1), blocks.F(z).reshape(-1))
     tol = solver.tol if solver.tol is not None else default_tol(z.dtype)
     converged = jnp.isfinite(residual) & (residual <= tol)
-    return z, residual, converged, fallback
-
-
-def _cone_maps(cone, mu, active, dtype):
-    """K (nc, 3, m) and L (nc, m, m) of the polyhedral cone for every contact."""
-    nc = mu.shape[0]
-    U = jnp.asarray(cone.U, dtype)
-    k = U.shape[0]
-    scale = contact_scale((cone.e_t, cone.e_o), nc, dtype)
-    K = jnp.zeros((nc, 3, k + 2), dtype)
-    K = K.at[:, 0, 0].set(1.0)
-    K = K.at[:, 1:, 1 : k + 1].set(jnp.einsum("kd,cd->cdk", U, scale))
-    K = K * active[:, None, None]
-    L = jnp.zeros((nc, k + 2, k + 2), dtype)
-    L = L.at[:, 1 : k + 1, k + 1].set(1.0)
-    L = L.at[:, k + 1, 0].set(mu)
-    L = L.at[:, k + 1, 1 : k + 1].set(-1.0)
-    return K, L, U, scale
-
-
-def _integrate(model, q, v, h):
-    """q + h G(q) v per body (000 §5), not normalized."""
-    nb = model.nbodies
-    qb, vb = q.reshape(nb, 7), v.reshape(nb, 6)
-    quat = qb[:, 3:] + h * jnp.einsum("bij,bj->bi", rot.rate_matrix(qb[:, 3:]), vb[:, 3:])
-    return jnp.concatenate([qb[:, :3] + h * vb[:, :3], quat], -1).reshape(-1)
-
-
-def step_blocks(system, state, z0, *, dt, scheme, solver, cone):
-    """One step by `ContactSweeps`: (next state, z (nc, m), impulses, stats), as `stepping.step`."""
-    from .stepping import AnitescuPotra, ContactImpulses, StepStats
-
-    model, params = system.bodies, system.params
-    t, q, v = state.t, state.q, state.v
-    nb, dtype = model.nbodies, q.dtype
-    qb, vb = q.reshape(nb, 7), v.reshape(nb, 6)
-    R = rot.to_matrix(rot.normalize(qb[:, 3:]))
-    I_world = R @ params.inertia @ jnp.swapaxes(R, -1, -2)
-    I_inv = R @ jnp.linalg.inv(params.inertia) @ jnp.swapaxes(R, -1, -2)
-    omega = vb[:, 3:]
-    force = params.mass[:, None] * params.gravity + params.force
-    torque = params.torque - jnp.cross(omega, jnp.einsum("bij,bj->bi", I_world, omega))
-    v_free = jnp.concatenate(
-        [vb[:, :3] + dt * force / params.mass[:, None], omega + dt * jnp.einsum("bij,bj->bi", I_inv, torque)], -1
-    )
-    Minv = jnp.zeros((nb + 1, 6, 6), dtype)
-    Minv = Minv.at[:nb, :3, :3].set(jnp.eye(3, dtype=dtype) / params.mass[:, None, None])
-    Minv = Minv.at[:nb, 3:, 3:].set(I_inv)
-    gap, geometric, J_a, J_b, a, b, overflow = model.contact_blocks(q, params)
-    delta = scheme.delta
-    if delta is None:
-        active = geometric
-    else:
-        predicted = model.gaps(_integrate(model, q, v, dt), params)
-        active = (predicted < delta) & geometric
-    position_level = not isinstance(scheme, AnitescuPotra)
-    bn = gap / dt if position_level else jnp.zeros_like(gap)
-    mu = system.coefficients(q)[0].astype(dtype)
-    K, L, U, scale = _cone_maps(cone, mu, active.astype(dtype), dtype)
-    blocks = Blocks(
-        J_a=J_a[:, :3],
-        J_b=J_b[:, :3],
-        Minv=Minv,
-        v_free=jnp.concatenate([v_free, jnp.zeros((1, 6), dtype)]),
-        K=K,
-        L=L,
-        bn=bn,
-        active=jax.lax.stop_gradient(active.astype(dtype)),
-        mu=mu,
-        S=jnp.einsum("kd,cd->ckd", U, scale) if _regular_polygon(cone) else None,
-        a=a,
-        b=b,
-        color=color_slots(a, b, nb) if model.dynamic else None,
-        colors=None if model.dynamic else _colors(model),
-    )
-    z, residual, converged, fallback = solve_blocks(blocks, z0, solver)
-    v_next = blocks.velocity(z)[:nb].reshape(-1)
-    q_next = system.project_q(_integrate(model, q, v_next, dt))
-    k = U.shape[0]
-    nc = z.shape[0]
-    impulses = ContactImpulses(
-        normal=z[:, 0],
-        friction=(z[:, 1 : k + 1] @ U) * scale,
-        moment=jnp.zeros((nc,), dtype),
-        joint=jnp.zeros((0,), dtype),
-    )
-    stats = StepStats(
-        residual=residual,
-        converged=converged,
-        fallback=fallback,
-        active=active,
-        joint_violation=jnp.zeros((), dtype),
-        overflow=overflow,
-    )
-    return type(state)(t + dt, q_next, v_next), z, impulses, stats
-
-
-def _regular_polygon(cone):
-    """Whether the cone's directions are the regular polygon of `PolyhedralCone(k)` (in angle order)."""
-    from .cones._polyhedral import polygon_directions
-
-    return np.allclose(cone.U, polygon_directions(cone.k))
+    return z, residual, converged, raw.fallback
 
 
 def _colors(model):

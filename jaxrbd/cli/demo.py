@@ -8,9 +8,9 @@ import jax
 import numpy as np
 from tqdm.auto import tqdm
 
-from . import scenes
-from .analysis import rod_events
-from .stepping import simulate
+from .. import scenes
+from ..analysis import rod_events
+from ..stepping import simulate
 
 STEP_SIZES = (0.01, 0.005, 0.0025, 0.00125)
 DURATION = 0.8

@@ -58,17 +58,17 @@ def main(argv=None):
     if args.command != "bench":  # the benchmark measures compile time: no cache there
         _enable_compilation_cache(jax)
     if args.command == "demo":
-        from ._demo import run_demo
+        from .demo import run_demo
 
         run_demo(out=args.out)
     elif args.command == "reproduce":
-        from ._reproduce import run_reproduce
+        from .reproduce import run_reproduce
 
         run_reproduce(args.name, out=args.out)
     elif args.command == "fit":
         import sys
 
-        from ._fitcli import TrajectoryFileError, run_fit
+        from .fit import TrajectoryFileError, run_fit
 
         try:
             run_fit(
@@ -85,12 +85,12 @@ def main(argv=None):
             raise SystemExit(2) from None
     elif args.command == "bench":
         if args.solvers:
-            from ._bench import main as bench_main
+            from .bench_solvers import main as bench_main
 
             bench_main(out=args.out)
         else:
-            from ._scenebench import CASES
-            from ._scenebench import main as scene_main
+            from .bench_scenes import CASES
+            from .bench_scenes import main as scene_main
 
             cases = tuple(CASES) if args.scenes is None else tuple(args.scenes)
             unknown = set(cases) - set(CASES)
@@ -115,7 +115,3 @@ def _enable_compilation_cache(jax):
     path = os.environ.get("JAXRBD_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "jaxrbd", "xla"))
     jax.config.update("jax_compilation_cache_dir", path)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
-
-
-if __name__ == "__main__":
-    main()

@@ -10,7 +10,9 @@ estimate of the largest batch, and the physical answer it gives.
 MuJoCo runs with its default solver settings ("mjx default": Newton, 100
 iterations, 50 line-search steps) and with the settings its users pick for speed
 ("mjx fast": Newton, 1 iteration, 4 line-search steps). mujoco and mujoco-mjx are
-the optional extra `.[bench]`; without them only jaxrbd is reported.
+the optional extra `.[bench]`; without them only jaxrbd is reported. jaxrbd runs
+the step solver `simulate` chooses for the scene (`stepping.choose_solver`),
+named in the table's solver column.
 """
 
 import dataclasses
@@ -24,9 +26,9 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
-from . import scenes
-from .model import State
-from .stepping import simulate
+from .. import scenes
+from ..model import State
+from ..stepping import simulate
 
 BATCHES = (64, 512, 4096)
 MJX_SETTINGS = {"mjx default": None, "mjx fast": dict(iterations=1, ls_iterations=4)}
@@ -75,7 +77,7 @@ class Case:
 
 def _free_qpos(state, nb):
     """Free-joint qpos (position, quaternion wxyz per body) and qvel (linear, body-frame angular)."""
-    from . import _rotation as rot
+    from .. import _rotation as rot
 
     q = np.asarray(state.q).reshape(nb, 7)
     v = np.asarray(state.v).reshape(nb, 6)
@@ -280,26 +282,25 @@ def _measure(full, q0, v0, steps, batch_start, batch_steps, batches, repeats):
     return row
 
 
-def _solver(system, q):
-    """`ContactSweeps` for a scene of rigid bodies it supports (the batched dense Newton is far slower); else the default."""
-    from ._sweeps import ContactSweeps, unsupported
-    from .stepping import StewartTrinkle, friction_cone
+def _jaxrbd_scene(case, dtype):
+    """The case's (system, state) in `dtype`, and the step solver `simulate` would run on it (by its rule)."""
+    from ..stepping import choose_solver
 
-    if unsupported(system, friction_cone(system, q), StewartTrinkle(), None, 0.0) is not None:
-        return None
-    return ContactSweeps()
+    system, state = case.scene()
+    system = _cast(system, dtype)
+    state = State(jnp.zeros((), dtype), jnp.asarray(state.q, dtype), jnp.asarray(state.v, dtype))
+    return system, state, choose_solver(system, state)
 
 
 def _jaxrbd_rollout(case, dtype):
-    system, state = case.scene()
-    system = _cast(system, dtype)
-    solver = _solver(system, state.q)
+    """(rollout(q, v, steps) -> final (q, v), q0, v0, the solver's name)."""
+    system, state, solver = _jaxrbd_scene(case, dtype)
 
     def rollout(q, v, steps):
         traj = simulate(system, State(jnp.zeros((), dtype), q, v), dt=case.dt, steps=steps, solver=solver)
         return traj.q[-1], traj.v[-1]
 
-    return rollout, jnp.asarray(state.q, dtype), jnp.asarray(state.v, dtype)
+    return rollout, state.q, state.v, solver.name
 
 
 def _mjx_rollout(case, state, settings, dtype):
@@ -363,7 +364,7 @@ def run(cases=tuple(CASES), dtypes=("float32", "float64"), batches=BATCHES, repe
             row = _mujoco_c(case, state, case.seconds, repeats)
         else:
             if simulator == "jaxrbd":
-                full, q0, v0 = _jaxrbd_rollout(case, jdtype)
+                full, q0, v0, solver_name = _jaxrbd_rollout(case, jdtype)
             else:
                 full, q0, v0 = _mjx_rollout(case, state, MJX_SETTINGS[simulator], jdtype)
             sizes = tuple(b for b in batches if b <= case.max_batch)
@@ -371,6 +372,7 @@ def run(cases=tuple(CASES), dtypes=("float32", "float64"), batches=BATCHES, repe
                 sizes = ()  # the small scenes' float64 batches cost 2 of the benchmark's 10 minutes
             row = _measure(full, q0, v0, steps, start, case.batch_steps, sizes, repeats)
             if simulator == "jaxrbd":
+                row["solver"] = solver_name
                 row["worst_residual"] = _worst_residual(case, jdtype, steps)
         label, ours, theirs = case.answer
         row["answer"] = (ours if simulator == "jaxrbd" else theirs)(row.pop("final_q"))
@@ -382,10 +384,7 @@ def run(cases=tuple(CASES), dtypes=("float32", "float64"), batches=BATCHES, repe
 
 def _worst_residual(case, dtype, steps):
     """The largest complementarity residual over the single-environment rollout."""
-    system, state = case.scene()
-    system = _cast(system, dtype)
-    state = State(jnp.zeros((), dtype), jnp.asarray(state.q, dtype), jnp.asarray(state.v, dtype))
-    solver = _solver(system, state.q)
+    system, state, solver = _jaxrbd_scene(case, dtype)
     traj = jax.jit(lambda s, x: simulate(s, x, dt=case.dt, steps=steps, solver=solver))(system, state)
     return float(traj.stats.residual.max())
 
@@ -401,7 +400,7 @@ def scaling(ns=(8, 64, 512), steps=50, repeats=3):
 
     Returns {"n": [...], "ms_per_step": [...], "exponent": slope of log(cost) on log(n)}.
     """
-    from ._sweeps import ContactSweeps
+    from ..stepping import ContactSweeps
 
     costs = []
     for n in tqdm(ns, desc="scaling"):
@@ -436,9 +435,10 @@ def _rate(x):
 
 
 def format_rows(rows, batches=BATCHES):
-    """The table: one line per (scene, simulator, dtype), then the ratios on sphere_grid."""
+    """The table: one line per (scene, simulator, dtype), with jaxrbd's step solver in the solver column."""
+    width = max([len("solver"), *(len(r.get("solver", "-")) for r in rows)])
     head = (
-        f"{'scene':<17} {'simulator':<12} {'dtype':<8} {'compile s':>9} {'steps/s':>9} "
+        f"{'scene':<17} {'simulator':<12} {'dtype':<8} {'solver':<{width}} {'compile s':>9} {'steps/s':>9} "
         + " ".join(f"{'B=' + str(b):>10}" for b in batches)
         + f" {'grad/fwd':>8} {'mem MB':>7}  answer"
     )
@@ -449,7 +449,8 @@ def format_rows(rows, batches=BATCHES):
         compile_s = f"{r['compile_s']:.1f}" if "compile_s" in r else "-"
         cols = " ".join(f"{_rate(r.get('batches', {}).get(b)):>10}" for b in batches)
         lines.append(
-            f"{r['scene']:<17} {r['simulator']:<12} {r['dtype']:<8} {compile_s:>9} {r['steps_per_s']:>9,.0f} "
+            f"{r['scene']:<17} {r['simulator']:<12} {r['dtype']:<8} {r.get('solver', '-'):<{width}} {compile_s:>9} "
+            f"{r['steps_per_s']:>9,.0f} "
             f"{cols} {grad:>8} {mem:>7}  {r['answer']}"
         )
     return "\n".join(lines)

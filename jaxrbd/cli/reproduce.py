@@ -2,63 +2,24 @@
 
 import os
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import scenes
-from .analysis import convergence_row
-from .stepping import StewartTrinkle, simulate
-
-NAMES = ("falling_rod", "four_balls", "spinning_sphere", "sphere_in_seam", "painleve")
-P2_STEPS = (0.02, 0.01, 0.005, 0.0025, 0.00125)
-# 003 Table 1: h -> (velocity error, position error, velocity variation).
-P2_PUBLISHED = {
-    0.02: (0.5050, 0.2505, 19.4046),
-    0.01: (0.3523, 0.2015, 19.1728),
-    0.005: (0.1657, 0.0838, 19.1702),
-    0.0025: (0.0700, 0.0298, 19.0862),
-    0.00125: (None, None, 19.0690),
-}
-
-P3_DT = 0.07
-P3_STEPS = 18  # about 1.2 s, as in 002 §4.2
-SEAM_TIME = 5.0
-SEAM_RUNS = (
-    # (label, fixed-point iterations (0: the linearized scheme), step)
-    ("linearized, h = 0.1", 0, 0.1),
-    ("nonlinear, h = 0.1", 3, 0.1),
-    ("linearized, h = 0.0012", 0, 0.0012),
+from ..reference import (
+    P2_PUBLISHED,
+    P2_STEPS,
+    P3_DT,
+    SEAM_RUNS,
+    contact_lost,
+    four_balls_table,
+    loaded,
+    painleve_run,
+    seam_run,
+    seam_velocity_level_run,
+    spinning_sphere_runs,
 )
 
-
-def spinning_sphere_runs(dt=P3_DT, steps=P3_STEPS):
-    """P3 with the exact soft-finger cone and the direction sets of 002 eq. (5) and (6)."""
-    return {f: simulate(*scenes.spinning_sphere(friction=f), dt=dt, steps=steps) for f in ("exact", "eq5", "eq6")}
-
-
-LOADED = 1e-9  # a normal impulse above round-off (N s)
-
-
-def loaded(traj):
-    """(steps, nc) bool: the contacts that carry a normal impulse above round-off in each step."""
-    return np.asarray(traj.impulses.normal) > LOADED
-
-
-def contact_lost(traj):
-    """The end time of the last step in which a contact carries a normal impulse."""
-    on = loaded(traj).any(axis=1)
-    return float(np.asarray(traj.t[1:])[on].max()) if on.any() else 0.0
-
-
-def seam_run(iterations, dt, time=SEAM_TIME):
-    """P4: the sphere in the seam, by the linearized (0) or nonlinear (> 0 fixed-point iterations) scheme."""
-    scene = scenes.sphere_in_seam()
-    traj = simulate(
-        *scene, dt=dt, steps=int(round(time / dt)), scheme=StewartTrinkle(fixed_point_iterations=iterations)
-    )
-    gaps = jax.vmap(scene.system.gap)(traj.q)
-    return traj, gaps
+NAMES = ("falling_rod", "four_balls", "spinning_sphere", "sphere_in_seam", "painleve")
 
 
 def _report_p3(runs):
@@ -76,18 +37,6 @@ def _report_p3(runs):
     print("paper: eq. (5) and the nonlinear method match the exact line except in the step containing t = 1;")
     print("       eq. (6) decelerates more slowly.")
     return rows
-
-
-def seam_velocity_level_run(dt=0.1, time=SEAM_TIME, delta=1e-3):
-    """P4 by the velocity-level linearization (Anitescu-Potra, 002's 20 directions): the paper's
-    penetration and bouncing across the seam at h = 0.1 (its "Stewart method")."""
-    from .cones import SoftFingerCone, soft_finger_directions
-    from .stepping import AnitescuPotra
-
-    cone = SoftFingerCone(1.0, 1.0, 0.3, directions=soft_finger_directions("eq5"))
-    scene = scenes.sphere_in_seam(friction=cone)
-    traj = simulate(*scene, dt=dt, steps=int(round(time / dt)), scheme=AnitescuPotra(delta=delta))
-    return traj, jax.vmap(scene.system.gap)(traj.q)
 
 
 def _report_seam(results):
@@ -159,18 +108,6 @@ def _plot_seam(results, path):
     plt.close(fig)
 
 
-def four_balls_table(progress=True):
-    """P2: the 003 Table 1 measures at the paper's five step sizes against the finest, and the runs."""
-    from tqdm.auto import tqdm
-
-    runs = {}
-    for h in tqdm(P2_STEPS, desc="four balls", unit="h", disable=None if progress else True):
-        scene = scenes.four_balls()
-        runs[h] = (scene, simulate(*scene, dt=h, steps=int(round(1.0 / h))))
-    scene, reference = runs[P2_STEPS[-1]]
-    return [convergence_row(scene.bodies, runs[h][1], reference) for h in P2_STEPS], runs
-
-
 def _report_p2():
     rows, runs = four_balls_table()
     print("P2 four balls (003 §4.2, Table 1), reference h = 0.00125; ours (paper)")
@@ -196,23 +133,9 @@ def _report_p2():
 
 
 def _report_p5():
-    system, state = scenes.painleve_rod()
-    margin = float(scenes.painleve_margin(system, state.q[2]))
-    h = 0.001
-    traj = simulate(system, state, dt=h, steps=300)
-    energy = jax.vmap(system.energy)(traj.q, traj.v)
-    gaps = jax.vmap(system.gap)(traj.q)
-    row = dict(
-        margin=margin,
-        finite=bool(jnp.all(jnp.isfinite(traj.q)) & jnp.all(jnp.isfinite(traj.v))),
-        first_friction_impulse=float(jnp.abs(traj.impulses.friction[0, 1, 0])),
-        bounded_force_impulse=h * float(system.mu[1] * system.params["mass"]) * 9.81,
-        min_gap=float(jnp.min(gaps)),
-        max_energy_increase=float(jnp.max(jnp.diff(energy))),
-        residual=float(jnp.max(traj.stats.residual)),
-    )
+    row = painleve_run()
     print("\nP5 Painleve's problem (004 §1.3): no force solution exists (margin < 0)")
-    print(f"  margin n^T M^-1 (n - mu t) = {margin:.3f}")
+    print(f"  margin n^T M^-1 (n - mu t) = {row['margin']:.3f}")
     print(
         f"  first step: friction impulse {row['first_friction_impulse']:.4f} N s, against at most "
         f"{row['bounded_force_impulse']:.4f} from a bounded force mu m g: a tangential impact"
@@ -233,7 +156,7 @@ def run_reproduce(name="all", out="out"):
     os.makedirs(out, exist_ok=True)
     report = {}
     if name in ("all", "falling_rod"):
-        from ._demo import run_demo
+        from .demo import run_demo
 
         run_demo(out=out)
         report["falling_rod"] = True

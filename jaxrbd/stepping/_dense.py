@@ -1,0 +1,152 @@
+"""The dense step: the whole step problem in one matrix, solved by a complementarity solver.
+
+Each step solves the complementarity problem built from the contact record at the
+current configuration:
+
+    M (v+ - v) = N c_n + T^T c_f + h F(t, q, v),     q+ = q + h G(q) v+,
+
+with the normal rows of the scheme (003 eq. (13)-(20), 000 eq. (7), (14)) and the
+rows of the friction cone (`jaxrbd.cones`): the friction LCP of 004 §3.2 for a
+polyhedral cone (c_f = D beta), a mixed NCP for the smooth cones. c_n and c_f are
+impulses (h times the paper's forces).
+"""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+from .. import dynamics
+from ..complementarity import Lemke, SemismoothNewton, solve, solve_lcp
+from ..model import State
+from ._rows import step_problem
+from ._solver import StepSolver
+from ._types import ContactImpulses, StepStats
+
+
+def _solve_at(system, cone, solver, contacts, motion, J, q, qhat, dt, *, active, position_level, z0, smoothing, impact):
+    """Build and solve the step's problem with the geometry (record, M, F, joint rows) at qhat.
+
+    The position-level rows carry f(qhat) + grad f(qhat) (q - qhat), the
+    linearization of 003 §3.4 (qhat = q: f(q)); `impact` (an `Impact`) gives the
+    Newton rows of the colliding contacts.
+    """
+    f = contacts.gap
+    if qhat is not q:  # grad f (q - qhat) = J_n G^+ (q - qhat): the displacement in velocity coordinates
+        f = f + contacts.J_n @ jnp.linalg.lstsq(system.G(qhat), q - qhat)[0]
+    bn = f / dt if position_level else jnp.zeros_like(f)
+    if impact is not None and impact.colliding is not None:
+        newton = impact.offset + jnp.minimum(f, 0.0) / dt if position_level else impact.offset
+        bn = jnp.where(impact.colliding, newton, bn)
+    prob = step_problem(cone, contacts, motion.M, J, motion.v_free, bn=bn, active=active)
+    sol = solve(prob.problem, solver=solver, z0=z0, grad_smoothing=smoothing)
+    return prob, sol, prob.velocity(sol.z)
+
+
+def _project(system, contacts, q, active, solver):
+    """Smallest M-norm correction q + G M^{-1} N c with 0 <= c ⊥ f + N^T M^{-1} N c >= 0 (linearized)."""
+    M = system.M(q)
+    N = contacts.J_n.T
+    MinvN = jnp.linalg.solve(M, N)
+    keep = active.astype(q.dtype)
+    A = (N.T @ MinvN) * keep[:, None] * keep[None, :] + jnp.diag(1.0 - keep)
+    b = jnp.minimum(contacts.gap, 0.0) * keep + (1.0 - keep)
+    sol = solve_lcp(A, b, solver=solver)
+    return system.project_q(q + system.G(q) @ (MinvN @ sol.z)), sol
+
+
+def step_active(system, contacts, q, v, dt, delta):
+    """(nc,) the contacts in the step: those the geometry keeps, and with `delta` those whose
+    predicted gap f(q + h G v) is below it (one more collision, at the predicted configuration)."""
+    if delta is None:
+        return contacts.active
+    predicted = system.contacts(dynamics.integrate(system, q, v, dt)).gap
+    return (predicted < delta) & contacts.active
+
+
+class DenseStep(StepSolver):
+    """The dense step: the whole friction LCP (or NCP) of the step, solved by `solver`.
+
+    Supports every system, scheme, cone and impact law. `simulate(solver=...)` also
+    accepts the complementarity solver itself (`SemismoothNewton()`, `Lemke()`) and
+    wraps it in a `DenseStep`.
+
+    Attributes:
+        solver: the complementarity solver, `SemismoothNewton()` by default.
+    """
+
+    solver: SemismoothNewton | Lemke = eqx.field(default_factory=SemismoothNewton)
+
+    @property
+    def name(self):
+        return f"dense {type(self.solver).__name__}"
+
+    def supports(self, system, scheme, cone, restitution, grad_smoothing):
+        return None
+
+    def init(self, system, state, cone):
+        ng = jax.eval_shape(system.constraint, state.q).shape[0]
+        return jnp.zeros(cone.size(system.ncontacts(state.q), ng), state.q.dtype)
+
+    def step(self, system, state, z, *, dt, scheme, cone, restitution=None, grad_smoothing=0.0, project_joints=True):
+        """One dense step; the record runs once at q and once per fixed-point iterate.
+
+        The stats cover every complementarity solve of the step (impacts and the
+        drift projection too).
+        """
+        solver = self.solver
+        t, q, v = state.t, state.q, state.v
+        contacts = system.contacts(q)
+        J = system.constraint_jacobian(q)
+        motion = dynamics.free_motion(system, t, q, v, dt)
+        impact = None
+        if restitution is not None:
+            impact = restitution.resolve(
+                system, contacts, motion, J, state, dt=dt, scheme=scheme, solver=solver, cone=cone
+            )
+            if impact.colliding is None:  # the impact changed v: the free motion starts from it
+                v = impact.v
+                motion = dynamics.free_motion(system, t, q, v, dt, M=motion.M)
+        active = step_active(system, contacts, q, v, dt, scheme.delta)
+        options = dict(active=active, position_level=scheme.position_level, smoothing=grad_smoothing, impact=impact)
+        prob, sol, v_next = _solve_at(system, cone, solver, contacts, motion, J, q, q, dt, z0=z, **options)
+        q_next = dynamics.integrate(system, q, v_next, dt)
+        for _ in range(scheme.fixed_point_iterations):
+            qhat = q_next
+            contacts_hat = system.contacts(qhat)
+            M_hat = system.M(qhat)
+            F_hat = system.generalized_force(t, qhat, v)
+            motion_hat = dynamics.FreeMotion(M_hat, F_hat, v + dt * jnp.linalg.solve(M_hat, F_hat))
+            J_hat = system.constraint_jacobian(qhat)
+            prob, sol, v_next = _solve_at(
+                system, cone, solver, contacts_hat, motion_hat, J_hat, q, qhat, dt, z0=sol.z, **options
+            )
+            q_next = dynamics.integrate(system, q, v_next, dt)
+        residual, converged = sol.residual, sol.converged
+        if scheme.projects:
+            q_next, projection = _project(system, system.contacts(q_next), q_next, active, solver)
+            residual = jnp.maximum(residual, projection.residual)
+            converged = converged & projection.converged
+        if project_joints:
+            q_next = dynamics.project_to_joints(system, q_next)
+        nc = contacts.size
+        c_f = prob.friction(sol.z)
+        c_n, c_g = prob.normal(sol.z), prob.joint(sol.z)
+        if impact is not None:
+            c_n, c_f, c_g = c_n + impact.normal, c_f + impact.friction, c_g + impact.joint
+            residual = jnp.maximum(residual, impact.residual)
+            converged = converged & impact.converged
+        impulses = ContactImpulses(
+            normal=c_n,
+            friction=c_f[:, :2],
+            moment=c_f[:, 2] if cone.dim == 3 else jnp.zeros((nc,), q.dtype),
+            joint=c_g,
+        )
+        stats = StepStats(
+            residual=residual,
+            converged=converged,
+            fallback=sol.fallback,
+            active=active,
+            joint_violation=jnp.max(jnp.abs(system.constraint(q_next)), initial=0.0),
+            overflow=contacts.overflow,
+        )
+        return State(t + dt, q_next, v_next), sol.z, impulses, stats

@@ -1,0 +1,181 @@
+"""Impact laws: Newton's inside the step, Poisson's by compression and decompression (004, 000 §4)."""
+
+import abc
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+from .. import dynamics
+from .._validate import check_value
+from ..complementarity import SemismoothNewton, solve
+from ._rows import default_cone, step_problem
+
+
+class Impact(eqx.Module):
+    """What an impact law hands the step.
+
+    Attributes:
+        v: (nv,) the velocity the step starts from (after Poisson's impact; v for Newton's).
+        normal, friction, joint: the impact's impulses, (nc,), (nc, d) and (ng,).
+        residual, converged: of the impact's solves (0 and True when it solves none).
+        colliding: (nc,) bool, contacts whose normal row is Newton's (or None).
+        offset: (nc,) e_j n_j^T v, the offset of those rows (or None).
+    """
+
+    v: jax.Array
+    normal: jax.Array
+    friction: jax.Array
+    joint: jax.Array
+    residual: jax.Array
+    converged: jax.Array
+    colliding: jax.Array | None = None
+    offset: jax.Array | None = None
+
+
+class ImpactLaw(eqx.Module):
+    """An impact law: how the contacts that collide in a step bounce.
+
+    A contact j collides in the step when it is closing (n^T v < 0) and its
+    predicted gap f(q) + h n^T v_free (v_free: the velocity the step reaches
+    without contact forces) is below `distance` (Anitescu-Potra: below its delta,
+    when larger). Its restitution coefficient is `system.restitution[j]`.
+    """
+
+    distance: eqx.AbstractVar[float]
+
+    def window(self, scheme):
+        """The predicted gap below which a contact takes part in an impact."""
+        return self.distance if scheme.position_level else max(scheme.delta, self.distance)
+
+    @abc.abstractmethod
+    def resolve(self, system, contacts, motion, J, state, *, dt, scheme, solver, cone) -> Impact:
+        """The impact at the start of the step from `state`, with the step's record, free motion and joint rows."""
+
+
+def colliding_contacts(contacts, motion, v, dt, window):
+    """((nc,) colliding, (nc,) touching, (nc,) n^T v) from the record and the free motion at v.
+
+    touching: predicted gap f + h n^T v_free below the window (and active);
+    colliding: touching and closing (n^T v < 0).
+    """
+    J_n = contacts.J_n
+    vn = J_n @ v
+    predicted = contacts.gap + dt * (J_n @ motion.v_free)
+    touching = (predicted < window) & contacts.active
+    return touching & (vn < 0), touching, vn
+
+
+class NewtonRestitution(ImpactLaw):
+    """Newton's impact law inside the step (004 eq. (3.11)); `jaxrbd.Newton` is this class.
+
+    A colliding contact (see `ImpactLaw`) takes the normal row
+    0 <= c_n ⊥ n^T (v+ + e_j v) >= 0 instead of the scheme's own row; its
+    position-level offset is kept only where the contact already penetrates.
+    Other contacts keep the scheme's rows. The impact time is not located: the
+    bounce starts in the step in which the contact would close.
+
+    Energy: at a single frictionless contact the normal velocity is reversed and
+    scaled by e, and the kinetic energy does not increase. With friction it can
+    (004 §1.1), and so can several simultaneous contacts (untested here): when
+    the normal impulse reverses the slip of the contact point, as for a spinning
+    rod striking the table, see the README.
+
+    Attributes:
+        distance: the detection distance (metres).
+    """
+
+    distance: float = eqx.field(static=True, default=1e-6)
+
+    def resolve(self, system, contacts, motion, J, state, *, dt, scheme, solver, cone):
+        v = state.v
+        colliding, _, vn = colliding_contacts(contacts, motion, v, dt, self.window(scheme))
+        nc, dtype = contacts.size, v.dtype
+        zero = jnp.zeros((), dtype)
+        return Impact(
+            v=v,
+            normal=jnp.zeros((nc,), dtype),
+            friction=jnp.zeros((nc, cone.dim), dtype),
+            joint=jnp.zeros((J.shape[0],), dtype),
+            residual=zero,
+            converged=jnp.ones((), bool),
+            colliding=colliding,
+            offset=contacts.restitution * vn,
+        )
+
+
+class PoissonRestitution(ImpactLaw):
+    """Poisson's impact law: compression, then decompression (000 eq. (27)-(28)); `jaxrbd.Poisson` is this class.
+
+    At the start of a step the contacts that collide in it (see `ImpactLaw`) and
+    the contacts touching them are resolved by two impulsive problems at q with no
+    external force: compression (eq. (27), n^T v^c >= 0) gives v^c and the impulses
+    (c_n^c, beta^c); decompression (eq. (28)) adds the restitution impulse
+    I_r = e_j n_j c_nj^c + e_T D_j beta_j^c and solves again for v+. The step then
+    proceeds from v+. The impact time is not located: the impact happens at the
+    start of the step in which the contact would close, so its position is off by
+    at most h |n^T v|.
+
+    Energy: with e_T = e_j (the default) and one e for the contacts of an impact,
+    the kinetic energy never increases across it (for e <= 1): the decompression
+    starts from (1 + e) v^c - e v^-, which never has more kinetic energy than v^-
+    (000 §4), and its own impulses only dissipate. With e_T = 0 (I_r = e c_n^c
+    alone, the simplest reading of 000 eq. (28)) it can gain energy when the
+    normal impulse reverses the slip; see the README.
+
+    Attributes:
+        tangential: the tangential restitution e_T in [0, 1] (a scalar leaf); None
+            (default) uses each contact's normal coefficient e_j.
+        expedient: skip the decompression LCP: v+ = v^c + M^{-1} I_r with the joint
+            rows kept, which is (1 + e) v^c - e v^- (000 §4).
+        distance: the detection distance, as for `NewtonRestitution`.
+    """
+
+    tangential: float | None = None
+    expedient: bool = eqx.field(static=True, default=False)
+    distance: float = eqx.field(static=True, default=1e-6)
+
+    def __check_init__(self):
+        check_value("Poisson tangential restitution", self.tangential, unit_interval=True)
+        if self.expedient and self.tangential is not None:
+            raise ValueError("Poisson(expedient=True) uses e_T = e: leave tangential=None")
+
+    def resolve(self, system, contacts, motion, J, state, *, dt, scheme, solver, cone):
+        v = state.v
+        _, touching, _ = colliding_contacts(contacts, motion, v, dt, self.window(scheme))
+        comp = step_problem(cone, contacts, motion.M, J, v, active=touching)
+        sol_c = solve(comp.problem, solver=solver)
+        v_c = comp.velocity(sol_c.z)
+        c_n, c_f = comp.normal(sol_c.z), comp.friction(sol_c.z)
+        e = contacts.restitution
+        e_t = (e if self.tangential is None else jnp.broadcast_to(self.tangential, e.shape))[:, None]
+        I_r = comp.N @ (e * c_n) + jnp.einsum("cdv,cd->v", comp.T, e_t * c_f)
+        decompress = touching & (not self.expedient)
+        decomp = step_problem(cone, contacts, motion.M, J, v_c + jnp.linalg.solve(motion.M, I_r), active=decompress)
+        sol_d = solve(decomp.problem, solver=solver)
+        return Impact(
+            v=decomp.velocity(sol_d.z),
+            normal=(1 + e) * c_n + decomp.normal(sol_d.z),
+            friction=(1 + e_t) * c_f + decomp.friction(sol_d.z),
+            joint=comp.joint(sol_c.z) + decomp.joint(sol_d.z),
+            residual=jnp.maximum(sol_c.residual, sol_d.residual),
+            converged=sol_c.converged & sol_d.converged,
+        )
+
+
+def resolve_impact(system, state, *, dt, scheme, law, solver=None, cone=None):
+    """The impact of `law` at `state` alone, as the dense step starts it: an `Impact`.
+
+    For tests and analysis; `simulate(restitution=law)` runs it in every step.
+    """
+    contacts = system.contacts(state.q)
+    cone = default_cone(system, contacts) if cone is None else cone
+    motion = dynamics.free_motion(system, state.t, state.q, state.v, dt)
+    J = system.constraint_jacobian(state.q)
+    solver = SemismoothNewton() if solver is None else solver
+    return law.resolve(system, contacts, motion, J, state, dt=dt, scheme=scheme, solver=solver, cone=cone)
+
+
+# The names the papers use, kept for users' code.
+Newton = NewtonRestitution
+Poisson = PoissonRestitution

@@ -1,0 +1,152 @@
+"""The rule that picks a step solver, and the differentiable rollout `simulate`."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .. import dynamics
+from ..complementarity import Lemke, SemismoothNewton
+from ..cones import Cone
+from ..model import State, check_system
+from ._dense import DenseStep
+from ._impacts import ImpactLaw
+from ._rows import default_cone
+from ._schemes import Scheme, StewartTrinkle
+from ._solver import StepSolver
+from ._sweeps import AUTO_SIZE, ContactSweeps
+from ._types import Trajectory
+
+COMPLEMENTARITY_SOLVERS = (SemismoothNewton, Lemke)
+
+
+def _step_solver(solver):
+    """A step solver from what a user passes: None, a step solver, or a complementarity solver."""
+    if solver is None or isinstance(solver, StepSolver):
+        return solver
+    if isinstance(solver, COMPLEMENTARITY_SOLVERS):
+        return DenseStep(solver)
+    raise TypeError(
+        "solver must be None, a complementarity solver (jaxrbd.SemismoothNewton(), jaxrbd.Lemke()) or a step "
+        f"solver (jaxrbd.DenseStep(...), jaxrbd.ContactSweeps()), got {solver!r}"
+    )
+
+
+def _check_options(scheme, friction, restitution):
+    if not isinstance(scheme, Scheme):
+        raise TypeError(f"scheme must be jaxrbd.StewartTrinkle(...) or jaxrbd.AnitescuPotra(...), got {scheme!r}")
+    if friction is not None and not isinstance(friction, Cone):
+        raise TypeError(f"friction must be a jaxrbd.cones cone, got {friction!r}")
+    if restitution is not None and not isinstance(restitution, ImpactLaw):
+        raise TypeError(f"restitution must be None, jaxrbd.Newton() or jaxrbd.Poisson(), got {restitution!r}")
+
+
+def choose_solver(system, state, *, scheme=None, solver=None, friction=None, restitution=None, grad_smoothing=0.0):
+    """The step solver `simulate` runs with these options: one rule for `simulate`, `jaxrbd bench` and the tests.
+
+    - A step solver that was given runs, or a ValueError says why it cannot
+      (`StepSolver.supports`); a complementarity solver given runs the dense step.
+    - Without one: a scene of rigid bodies whose dense step problem has more than
+      `AUTO_SIZE` rows, and that `ContactSweeps` supports, runs on `ContactSweeps`;
+      everything else on the dense step with `SemismoothNewton()`.
+
+    Returns:
+        A `StepSolver` (its `name` says which).
+    """
+    scheme = StewartTrinkle() if scheme is None else scheme
+    _check_options(scheme, friction, restitution)
+    cone = default_cone(system, jax.eval_shape(system.contacts, state.q)) if friction is None else friction
+    chosen = _step_solver(solver)
+    if chosen is not None:
+        reason = chosen.supports(system, scheme, cone, restitution, grad_smoothing)
+        if reason is not None:
+            raise ValueError(f"solver={chosen.name}: {reason}")
+        return chosen
+    sweeps = ContactSweeps()
+    ng = jax.eval_shape(system.constraint, state.q).shape[0]
+    large = cone.size(system.ncontacts(state.q), ng) > AUTO_SIZE
+    if large and sweeps.supports(system, scheme, cone, restitution, grad_smoothing) is None:
+        return sweeps
+    return DenseStep()
+
+
+def _rollout(step_fn, state, z0, steps):
+    def body(carry, _):
+        state, z = carry
+        state, z, impulses, stats = step_fn(state, z)
+        return (state, z), (state, impulses, stats)
+
+    _, (states, impulses, stats) = jax.lax.scan(body, (state, z0), None, length=steps)
+    cat = lambda x0, xs: jnp.concatenate([x0[None], xs])
+    return Trajectory(cat(state.t, states.t), cat(state.q, states.q), cat(state.v, states.v), impulses, stats)
+
+
+def _check_steps(dt, steps):
+    if not isinstance(steps, (int, np.integer)) or isinstance(steps, bool) or steps < 1:
+        raise ValueError(f"steps must be an integer >= 1, got {steps!r}")
+    if not isinstance(dt, jax.core.Tracer):
+        dt_value = np.asarray(dt)
+        if dt_value.shape != () or not np.isfinite(dt_value) or not dt_value > 0:
+            raise ValueError(f"dt must be a finite scalar > 0, got {dt!r}")
+
+
+def simulate(
+    system,
+    state,
+    *,
+    dt,
+    steps,
+    scheme=None,
+    solver=None,
+    friction=None,
+    grad_smoothing=0.0,
+    restitution=None,
+    project_joints=True,
+):
+    """Roll the system forward `steps` steps of size `dt` in a `lax.scan`.
+
+    The solution of each step warm-starts the next. The rollout is `jit`-,
+    `vmap`- and `grad`-compatible; gradients flow through every step's implicit
+    differentiation rule.
+
+    Args:
+        system: a `System`.
+        state: the initial `State`.
+        dt: step size h > 0.
+        steps: number of steps (static int >= 1).
+        scheme: `StewartTrinkle()` (default) or `AnitescuPotra(...)`.
+        solver: a complementarity solver for the dense step (`SemismoothNewton()`,
+            `Lemke()`), or a step solver (`DenseStep(...)`, `ContactSweeps()`: sparse
+            block Gauss-Seidel for scenes of rigid bodies). None: `choose_solver`
+            picks one.
+        friction: the friction cone (`jaxrbd.cones`); None uses `system.friction`
+            or, without one, the polyhedral (or planar) default.
+        grad_smoothing: passed to `solve_lcp` for the backward pass.
+        restitution: the impact law: None (inelastic, the papers' schemes),
+            `Newton()` or `Poisson(...)`; the coefficients are `system.restitution`.
+        project_joints: move q back to g(q) = 0 after every step and before the
+            first (`jaxrbd.dynamics.project_to_joints`); without it the joints drift.
+
+    Returns:
+        A `Trajectory`; check `traj.stats.converged` (every step reports its residual).
+    """
+    _check_steps(dt, steps)
+    check_system(system, state)
+    scheme = StewartTrinkle() if scheme is None else scheme
+    dtype = jnp.result_type(state.q, state.v, float)
+    state = State(jnp.asarray(state.t, dtype), jnp.asarray(state.q, dtype), jnp.asarray(state.v, dtype))
+    options = dict(scheme=scheme, friction=friction, restitution=restitution, grad_smoothing=grad_smoothing)
+    step_solver = choose_solver(system, state, solver=solver, **options)
+    cone = default_cone(system, jax.eval_shape(system.contacts, state.q)) if friction is None else friction
+    jax.eval_shape(lambda q: system.contacts(q).friction_rows(cone.dim), state.q)  # a clear error on a mismatch
+    if project_joints:
+        state = State(state.t, dynamics.project_to_joints(system, state.q), state.v)
+    options = dict(
+        dt=dt,
+        scheme=scheme,
+        cone=cone,
+        restitution=restitution,
+        grad_smoothing=grad_smoothing,
+        project_joints=project_joints,
+    )
+    step_fn = lambda state, z: step_solver.step(system, state, z, **options)
+    return _rollout(step_fn, state, step_solver.init(system, state, cone), steps)
