@@ -22,7 +22,7 @@ parser.add_argument("--out", default="bench_bodies.json", help="where to write t
 args = parser.parse_args()
 jax.config.update("jax_enable_x64", not args.float32)
 
-from jaxrbd._bench import format_grid, grid_benchmark
+from jaxrbd.cli.bench_solvers import format_grid, grid_benchmark
 
 result = grid_benchmark(
     n=args.n, steps=args.steps, batches=args.batches, repeats=args.repeats, gradient=not args.no_grad

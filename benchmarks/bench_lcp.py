@@ -15,6 +15,6 @@ parser.add_argument("--out", default="bench_lcp.json", help="where to write the 
 args = parser.parse_args()
 jax.config.update("jax_enable_x64", not args.float32)
 
-from jaxrbd._bench import main
+from jaxrbd.cli.bench_solvers import main
 
 main(out=args.out, batch=args.batch, repeats=args.repeats)

@@ -16,7 +16,7 @@ parser.add_argument("--out", default="bench_rod.json", help="where to write the 
 args = parser.parse_args()
 jax.config.update("jax_enable_x64", not args.float32)
 
-from jaxrbd._bench import format_rod, rod_benchmark
+from jaxrbd.cli.bench_solvers import format_rod, rod_benchmark
 
 result = rod_benchmark(batch=args.batch, repeats=args.repeats)
 print(format_rod(result))

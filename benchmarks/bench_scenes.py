@@ -9,6 +9,6 @@ python benchmarks/bench_scenes.py [--scenes sphere_grid incline] [--batches 64 5
 
 import sys
 
-from jaxrbd._cli import main
+from jaxrbd.cli import main
 
 main(["bench", *sys.argv[1:]])

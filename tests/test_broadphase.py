@@ -89,9 +89,7 @@ def test_selection_is_the_nearest_pairs_by_bounding_spheres():
     c = scene.bodies.contacts(q, scene.system.params)
     x = np.asarray(scene.bodies.positions(q))
     names = scene.bodies.names
-    dist = {
-        (a, b): np.linalg.norm(x[names.index(a)] - x[names.index(b)]) for a, b in scene.bodies.pair_names[12:]
-    }
+    dist = {(a, b): np.linalg.norm(x[names.index(a)] - x[names.index(b)]) for a, b in scene.bodies.pair_names[12:]}
     nearest = sorted(dist, key=dist.get)[:10]
     chosen = [scene.bodies.pair_names[i] for i in np.asarray(c.index[12:])]
     assert sorted(chosen) == sorted(nearest)

@@ -305,7 +305,9 @@ def test_p4_velocity_level_scheme_penetrates_and_bounces_across_the_seam():
     # Penetration grows with speed: deeper in the second half of the run than in the first.
     first, second = -gaps[1:16].min(), -gaps[16:32].min()
     lost = 0.1 * (1 + np.flatnonzero(pushing.any(1))[-1])  # end of the last step with a pushing contact
-    print(f"\nvelocity-level h = 0.1: penetration up to {first:.4f} (t <= 1.5), {second:.4f} (t <= 3.1); lost {lost:.1f}")
+    print(
+        f"\nvelocity-level h = 0.1: penetration up to {first:.4f} (t <= 1.5), {second:.4f} (t <= 3.1); lost {lost:.1f}"
+    )
     assert 0.01 < first < second
     # A contact breaks and comes back: the sphere bounces across the gap.
     for c in range(2):

@@ -14,7 +14,8 @@ import pytest
 import jaxrbd as rbd
 from jaxrbd.cones import polygon_directions
 from jaxrbd.stepping import AUTO_SIZE
-from jaxrbd.stepping._sweeps import color_contacts, enumerate_contact
+from jaxrbd.stepping._coloring import color_contacts
+from jaxrbd.stepping._local import enumerate_contact
 
 jax.config.update("jax_enable_x64", True)
 

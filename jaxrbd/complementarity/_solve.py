@@ -7,8 +7,8 @@ import numpy as np
 
 from .._problems import LCP, NCP, natural_residual
 from ._implicit import implicit_solve
-from ._status import Status
 from ._solvers import SemismoothNewton, default_tol
+from ._status import Status
 
 
 class LCPSolution(eqx.Module):

@@ -10,8 +10,8 @@ import jax.numpy as jnp
 
 from .._problems import LCP, natural_residual
 from ._lemke import lemke_mixed
-from ._status import Status
 from ._newton import newton_chain, row_scale
+from ._status import Status
 
 POLISH_LINE_SEARCH = 8
 POLISH_REGULARIZATION = 1e-4

@@ -27,7 +27,6 @@ from ._smooth import SoftFingerCone as SoftFingerCone
 from ._smooth import project_ball as project_ball
 
 
-
 def is_cone(x):
     """True for a friction cone object (an instance of `Cone`)."""
     return isinstance(x, Cone)

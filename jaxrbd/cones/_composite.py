@@ -46,7 +46,7 @@ class _Layout(eqx.Module):
         return c_g, x, c_n, beta, lam
 
     def __call__(self, z, args):
-        ng, nx, nc, nb = self.ng, self.nx, self.nc, self.nb
+        ng, nx, nc = self.ng, self.nx, self.nc
         keep = args["active"]
         c_g, x, c_n, beta, lam = self.split(z)
         keep_x = jnp.concatenate([jnp.full((s[1],), 1.0) * keep[i] for i, s in enumerate(self.smooth) if s] or [x])

@@ -105,45 +105,45 @@ class PolyhedralProblem(eqx.Module):
     """The polyhedral-cone step problem: a `FrictionLCP` and the map from beta to contact coordinates.
 
     Attributes:
-        lcp: the `FrictionLCP` (z = [c_g, c_n, beta, lam]).
+        friction_lcp: the `FrictionLCP` (z = [c_g, c_n, beta, lam]); `.problem` is its `LCP`.
         U: (k, d) the directions, in normalized contact coordinates.
         scale: (nc, d) per-contact scales (e_t, e_o[, e_r]).
         T: (nc, d, nv) the contact rows in the directions t, o (, r).
     """
 
-    lcp: object
+    friction_lcp: object
     U: jax.Array
     scale: jax.Array
     T: jax.Array
 
     @property
     def problem(self):
-        return self.lcp.lcp
+        return self.friction_lcp.lcp
 
     @property
     def M(self):
-        return self.lcp.M
+        return self.friction_lcp.M
 
     @property
     def N(self):
-        return self.lcp.N
+        return self.friction_lcp.N
 
     def normal(self, z):
-        return self.lcp.split(z)[0]
+        return self.friction_lcp.split(z)[0]
 
     def friction(self, z):
         """(nc, d) the friction impulses in contact coordinates (t, o[, r])."""
-        beta = self.lcp.split(z)[1].reshape(self.T.shape[0], self.U.shape[0])
+        beta = self.friction_lcp.split(z)[1].reshape(self.T.shape[0], self.U.shape[0])
         return (beta @ self.U) * self.scale
 
     def joint(self, z):
-        return self.lcp.joint(z)
+        return self.friction_lcp.joint(z)
 
     def impulse(self, z):
-        return self.lcp.impulse(z)
+        return self.friction_lcp.impulse(z)
 
     def velocity(self, z):
-        return self.lcp.velocity(z)
+        return self.friction_lcp.velocity(z)
 
 
 class PolyhedralCone(Cone):

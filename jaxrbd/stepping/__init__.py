@@ -27,4 +27,3 @@ from ._sweeps import ContactSweeps as ContactSweeps
 from ._types import ContactImpulses as ContactImpulses
 from ._types import StepStats as StepStats
 from ._types import Trajectory as Trajectory
-
