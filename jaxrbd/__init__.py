@@ -16,7 +16,6 @@ from . import reference as reference
 from . import scenes as scenes
 from . import stepping as stepping
 from . import sysid as sysid
-from ._broadphase import BroadPhase as BroadPhase
 from ._contacts import Contacts as Contacts
 from ._problems import LCP as LCP
 from ._problems import NCP as NCP
@@ -38,6 +37,7 @@ from .cones import PlanarCone as PlanarCone
 from .cones import PolyhedralCone as PolyhedralCone
 from .cones import SoftFingerCone as SoftFingerCone
 from .geometry import Box as Box
+from .geometry import BroadPhase as BroadPhase
 from .geometry import Capsule as Capsule
 from .geometry import Plane as Plane
 from .geometry import Sphere as Sphere

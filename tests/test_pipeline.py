@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import jaxrbd as rbd
-from jaxrbd.bodies import BodyModel
+from jaxrbd import geometry
 
 jax.config.update("jax_enable_x64", True)
 
@@ -25,20 +25,21 @@ SAME = 1e-9  # dense step and ContactSweeps on the same step problem
 
 
 def _count_collisions(monkeypatch, scene, *, solver=None, scheme=None, restitution=None, grad=False):
-    """Calls of the narrow phase (`BodyModel._collide`) while tracing one step (and its gradient)."""
+    """Calls of the collision driver (`jaxrbd.geometry.collide`, every narrow phase of the scene)
+    while tracing one step (and its gradient)."""
     system, state = scene
     scheme = rbd.StewartTrinkle() if scheme is None else scheme
     step_solver = rbd.choose_solver(system, state, solver=solver, scheme=scheme, restitution=restitution)
     cone = rbd.stepping.default_cone(system, jax.eval_shape(system.contacts, state.q))
     z0 = step_solver.init(system, state, cone)
     calls = []
-    original = BodyModel._collide
+    original = geometry.collide
 
-    def counted(self, q, params):
+    def counted(*args, **kwargs):
         calls.append(1)
-        return original(self, q, params)
+        return original(*args, **kwargs)
 
-    monkeypatch.setattr(BodyModel, "_collide", counted)
+    monkeypatch.setattr(geometry, "collide", counted)
 
     def one_step(state):
         options = dict(dt=0.01, scheme=scheme, cone=cone, restitution=restitution)
@@ -161,7 +162,7 @@ def test_simulate_runs_the_solver_choose_solver_names():
 # The pipeline's layers, bottom first: a module imports only from its own layer or below.
 LAYERS = [
     ["jaxrbd._validate", "jaxrbd._rotation"],
-    ["jaxrbd._problems", "jaxrbd._contacts", "jaxrbd.geometry", "jaxrbd._broadphase", "jaxrbd.complementarity"],
+    ["jaxrbd._problems", "jaxrbd._contacts", "jaxrbd.geometry", "jaxrbd.complementarity"],
     ["jaxrbd.cones", "jaxrbd._random"],
     ["jaxrbd.model"],
     ["jaxrbd.dynamics"],

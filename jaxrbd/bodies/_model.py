@@ -1,0 +1,365 @@
+"""The static layout of a body scene and its functions of (q, params): views, dynamics, joints, contacts.
+
+Spatial bodies (dim=3): q holds per body its centre of mass (3) then its unit
+quaternion wxyz (4); v its linear then angular velocity, both in the world frame.
+dq/dt = G(q) v with G = diag(I, E(quat)), M = diag(m I, R I_body R^T), and the
+gyroscopic force -w x (R I_body R^T) w (000 §5). Planar bodies (dim=2): q = (x, y,
+theta), v = (vx, vy, omega).
+"""
+
+import dataclasses
+import functools
+import math
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .. import _rotation as rot
+from .. import geometry
+from .._contacts import Contacts
+from ..model import System
+
+
+class BodyParams(eqx.Module):
+    """The array leaves of a body scene (`system.params`).
+
+    Attributes:
+        mass: (nb,) masses.
+        inertia: (nb, 3, 3) inertia tensors about the centres of mass, body frame.
+        gravity: (3,) gravitational acceleration.
+        force, torque: (nb, 3) constant applied force and torque, world frame.
+        shapes: {kind: {name: stacked arrays}} the shapes' geometry.
+        joints: the joints' `JointParams` (None without joints).
+
+    Restitution and friction are per contact: `system.restitution` and `system.mu`.
+    """
+
+    mass: jax.Array
+    inertia: jax.Array
+    gravity: jax.Array
+    force: jax.Array
+    torque: jax.Array
+    shapes: dict
+    joints: Any = None
+
+
+class JointParams(eqx.Module):
+    """The array leaves of the joints, (nj, ...): anchors and axes in each body's frame.
+
+    Attributes:
+        anchor_a, anchor_b: (nj, 3) the joint point in the frames of bodies a and b
+            (the world frame when b is the world).
+        axis_b: (nj, 3) the hinge axis in b's frame (revolute joints).
+        perp_a: (nj, 2, 3) two unit vectors in a's frame orthogonal to the hinge axis.
+    """
+
+    anchor_a: jax.Array
+    anchor_b: jax.Array
+    axis_b: jax.Array
+    perp_a: jax.Array
+
+
+JOINT_KINDS = ("ball", "revolute")
+JOINT_TOL = 1e-8  # an initial joint violation above it is reported (then projected)
+
+
+@dataclasses.dataclass(frozen=True)
+class BodyModel:
+    """The static layout of a body scene and its functions of (q, params).
+
+    Attributes:
+        dim: 3 (spatial) or 2 (planar).
+        names: names of the moving bodies, in the order of q and v.
+        statics: names of the static shapes.
+        shape_bodies: ((kind, body index of each shape of that kind), ...); the
+            index len(names) is the world (static geometry).
+        groups: the `PairGroup`s, in the order of the contacts.
+        pair_names: the (name a, name b) of each candidate contact of every shape
+            pair (the order of `system.mu`; `Contacts.index` points into it).
+        margin: contacts with a gap above it are inactive.
+        joints: ((name, kind, body a, body b), ...) with body indices (nb: the world).
+        overflow_distance: the broad phase's overflow distance (`BroadPhase.distance`).
+    """
+
+    dim: int
+    names: tuple
+    statics: tuple
+    shape_bodies: tuple
+    groups: tuple
+    pair_names: tuple
+    margin: float = math.inf
+    joints: tuple = ()
+    overflow_distance: float = 0.0
+
+    @property
+    def nbodies(self):
+        return len(self.names)
+
+    @property
+    def nq_body(self):
+        return 7 if self.dim == 3 else 3
+
+    @property
+    def nv_body(self):
+        return 6 if self.dim == 3 else 3
+
+    def index(self, name):
+        """The position of a moving body in q and v."""
+        if name not in self.names:
+            raise KeyError(f"no moving body named {name!r}; bodies: {list(self.names)}")
+        return self.names.index(name)
+
+    # Per-body views. They accept leading batch/time axes.
+
+    def positions(self, q):
+        """(..., nb, 3) centres of mass; planar: (..., nb, 2)."""
+        qb = self._per_body(q, self.nq_body)
+        return qb[..., :3] if self.dim == 3 else qb[..., :2]
+
+    def orientations(self, q):
+        """(..., nb, 4) unit quaternions wxyz; planar: (..., nb) angles theta."""
+        qb = self._per_body(q, self.nq_body)
+        return qb[..., 3:] if self.dim == 3 else qb[..., 2]
+
+    def linear_velocities(self, v):
+        """(..., nb, 3) world-frame linear velocities; planar: (..., nb, 2)."""
+        vb = self._per_body(v, self.nv_body)
+        return vb[..., :3] if self.dim == 3 else vb[..., :2]
+
+    def angular_velocities(self, v):
+        """(..., nb, 3) world-frame angular velocities; planar: (..., nb) omega."""
+        vb = self._per_body(v, self.nv_body)
+        return vb[..., 3:] if self.dim == 3 else vb[..., 2]
+
+    def _per_body(self, x, size):
+        return x.reshape(*x.shape[:-1], self.nbodies, size)
+
+    # The System's functions.
+
+    def poses(self, q):
+        """(nb + 1, 3) positions and (nb + 1, 3, 3) rotations; the last is the world."""
+        qb = self._per_body(q, self.nq_body)
+        if self.dim == 3:
+            p, R = qb[:, :3], rot.to_matrix(rot.normalize(qb[:, 3:]))
+        else:
+            p = jnp.concatenate([qb[:, :2], jnp.zeros_like(qb[:, :1])], -1)
+            R = rot.rotation_z(qb[:, 2])
+        p = jnp.concatenate([p, jnp.zeros_like(p[:1])])
+        R = jnp.concatenate([R, jnp.eye(3, dtype=R.dtype)[None]])
+        return p, R
+
+    @property
+    def dynamic(self):
+        """Whether a broad phase picks some of the contacts at each configuration."""
+        return any(g.slots is not None for g in self.groups)
+
+    @functools.cached_property
+    def contact_bodies(self):
+        """(nc,) and (nc,) the body indices of shapes a and b of each contact (nb: the world).
+
+        Static layouts only; with a broad phase they depend on q (`Contacts.body_a`).
+        """
+        if self.dynamic:
+            raise ValueError("with a broad phase the contacts' bodies depend on q: use contacts(q, params)")
+        bodies = dict(self.shape_bodies)
+        a = [np.repeat(np.array(bodies[g.kind_a])[np.array(g.index_a)], g.capacity) for g in self.groups]
+        b = [np.repeat(np.array(bodies[g.kind_b])[np.array(g.index_b)], g.capacity) for g in self.groups]
+        return np.concatenate(a), np.concatenate(b)
+
+    def _collide(self, q, params):
+        """The collision driver's arrays at q (`jaxrbd.geometry.collide`)."""
+        p, R = self.poses(q)
+        return geometry.collide(self.groups, self.shape_bodies, params.shapes, p, R, self.dim, self.overflow_distance)
+
+    def collide(self, q, params, mu=None, restitution=None):
+        """The contact record (`jaxrbd.Contacts`) at q: collision runs once.
+
+        Args:
+            q: (nq,) configuration.
+            params: the `BodyParams`.
+            mu, restitution: (ncandidates,) coefficients of every candidate contact
+                (`system.mu`, `system.epsilon`); the record carries those of its
+                slots. None: zeros.
+        """
+        p = self.poses(q)[0]
+        c = self._collide(q, params)
+        n, t, o, x, gap = c.normal, c.tangent, c.bitangent, c.point, c.gap
+        a, b, index = jnp.asarray(c.body_a), jnp.asarray(c.body_b), jnp.asarray(c.index)
+        nb, nc = self.nbodies, n.shape[0]
+        if mu is None:
+            mu = jnp.zeros((len(self.pair_names),), gap.dtype)
+        if restitution is None:
+            restitution = jnp.zeros_like(mu)
+        zero = jnp.zeros_like(n)
+        lin = jnp.stack([n, t, o, zero], 1)  # (nc, 4, 3): the rows (n, t, o, r)
+        ang = jnp.stack([zero, zero, zero, n], 1)
+
+        def block(k, sign):
+            """(nc, 4, 6) the rows on body k's (linear, angular) velocity: d . (v_k + w_k x (x - p_k)) + s . w_k."""
+            arm = (x - p[k])[:, None, :]
+            rows = jnp.concatenate([lin, ang + jnp.cross(arm, lin)], -1)
+            return jnp.where((k < nb)[:, None, None], sign * rows, 0.0)
+
+        blocks = jnp.stack([block(a, -1.0), block(b, 1.0)], 1)
+        rows = None
+        if self.dim == 2:  # planar: (vx, vy, omega) per body, rows (n, t)
+            planar = blocks[..., :2, :][..., jnp.array([0, 1, 5])]
+            full = jnp.zeros((nc, 2, nb + 1, 3), gap.dtype)
+            idx = np.arange(nc)
+            full = full.at[idx, :, a].add(planar[:, 0]).at[idx, :, b].add(planar[:, 1])
+            rows, blocks = full[:, :, :nb].reshape(nc, 2, nb * 3), None
+        return Contacts(
+            gap=gap,
+            active=gap <= self.margin,
+            mu=mu[index] if self.dynamic else mu,
+            restitution=restitution[index] if self.dynamic else restitution,
+            index=index,
+            overflow=c.overflow,
+            rows=rows,
+            blocks=blocks,
+            body_a=a,
+            body_b=b,
+            point=x,
+            normal=n,
+            tangent=t,
+            bitangent=o,
+            nv=nb * self.nv_body,
+            tangents=2 if self.dim == 3 else 1,
+            torsion=self.dim == 3,
+        )
+
+    def contacts(self, q, params, mu=None, restitution=None):
+        """The `Contacts` at configuration q (the same record the step reads; see `collide`)."""
+        return self.collide(q, params, mu, restitution)
+
+    # Single questions, for `System`'s functions and for users; the step calls `collide` once.
+
+    def gaps(self, q, params):
+        return self._collide(q, params).gap
+
+    def tangents(self, q, params):
+        return self.collide(q, params).friction_rows(2 if self.dim == 3 else 1)
+
+    def torsions(self, q, params):
+        return self.collide(q, params).J_r
+
+    def active(self, q, params):
+        return self.collide(q, params).active
+
+    def _world_inertia(self, q, params):
+        R = self.poses(q)[1][:-1]
+        return R @ params.inertia @ jnp.swapaxes(R, -1, -2)
+
+    def mass_matrix(self, q, params):
+        nb = self.nbodies
+        if self.dim == 2:
+            return jnp.diag(jnp.stack([params.mass, params.mass, params.inertia[:, 2, 2]], -1).reshape(-1))
+        blocks = jnp.zeros((nb, 6, 6), q.dtype)
+        blocks = blocks.at[:, :3, :3].set(params.mass[:, None, None] * jnp.eye(3, dtype=q.dtype))
+        blocks = blocks.at[:, 3:, 3:].set(self._world_inertia(q, params))
+        return _block_diagonal(blocks)
+
+    def inverse_mass_blocks(self, q, params):
+        """(nb, 6, 6) the inverse of each body's block of M: diag(I / m, R I_body^-1 R^T) (3D scenes)."""
+        R = self.poses(q)[1][:-1]
+        eye = jnp.eye(3, dtype=q.dtype)
+        blocks = jnp.zeros((self.nbodies, 6, 6), q.dtype)
+        blocks = blocks.at[:, :3, :3].set(eye / params.mass[:, None, None])
+        return blocks.at[:, 3:, 3:].set(R @ jnp.linalg.inv(params.inertia) @ jnp.swapaxes(R, -1, -2))
+
+    def integrate(self, q, v, h):
+        """q + h G(q) v per body (000 §5), not normalized: O(nb) where the dense G is O(nb^2)."""
+        if self.dim == 2:
+            return q + h * v
+        qb, vb = self._per_body(q, 7), self._per_body(v, 6)
+        quat = qb[:, 3:] + h * jnp.einsum("bij,bj->bi", rot.rate_matrix(qb[:, 3:]), vb[:, 3:])
+        return jnp.concatenate([qb[:, :3] + h * vb[:, :3], quat], -1).reshape(q.shape)
+
+    def kinematics(self, q, params):
+        """G(q) = diag(I, E(quat)) per body (000 §5)."""
+        nb = self.nbodies
+        quat = self._per_body(q, 7)[:, 3:]
+        blocks = jnp.zeros((nb, 7, 6), q.dtype)
+        blocks = blocks.at[:, :3, :3].set(jnp.eye(3, dtype=q.dtype))
+        blocks = blocks.at[:, 3:, 3:].set(rot.rate_matrix(quat))
+        return _block_diagonal(blocks)
+
+    def coriolis_force(self, q, v, params):
+        """The gyroscopic force -w x (I_world w) of each body (zero for planar bodies)."""
+        if self.dim == 2:
+            return jnp.zeros_like(v)
+        w = self._per_body(v, 6)[:, 3:]
+        Iw = jnp.einsum("bij,bj->bi", self._world_inertia(q, params), w)
+        return jnp.concatenate([jnp.zeros_like(w), -jnp.cross(w, Iw)], -1).reshape(-1)
+
+    def potential(self, q, params):
+        """Gravity: -sum_k m_k g . p_k."""
+        p = self.poses(q)[0][:-1]
+        return -jnp.sum(params.mass * (p @ params.gravity))
+
+    def external_force(self, t, q, v, params):
+        if self.dim == 3:
+            return jnp.concatenate([params.force, params.torque], -1).reshape(-1)
+        return jnp.stack([params.force[:, 0], params.force[:, 1], params.torque[:, 2]], -1).reshape(-1)
+
+    def constraints(self, q, params):
+        """(ng,) the joint constraints g(q): per joint the anchor gap x_a - x_b (3, or 2
+        in planar scenes), then for revolute joints in 3D the two hinge rows
+        (R_a u_a) . (R_b axis_b) = 0 and (R_a w_a) . (R_b axis_b) = 0."""
+        p, R = self.poses(q)
+        jp = params.joints
+        rows = []
+        for j, (_, kind, a, b) in enumerate(self.joints):
+            x_a = p[a] + R[a] @ jp.anchor_a[j]
+            x_b = p[b] + R[b] @ jp.anchor_b[j]
+            rows.append((x_a - x_b)[: self.dim])
+            if kind == "revolute" and self.dim == 3:
+                rows.append((R[a] @ jp.perp_a[j].T).T @ (R[b] @ jp.axis_b[j]))
+        return jnp.concatenate(rows)
+
+    def joint_rows(self):
+        """((name, first row, number of rows), ...): where each joint sits in g(q)."""
+        out, start = [], 0
+        for name, kind, _, _ in self.joints:
+            n = 2 if self.dim == 2 else (5 if kind == "revolute" else 3)
+            out.append((name, start, n))
+            start += n
+        return tuple(out)
+
+    def normalize(self, q):
+        qb = self._per_body(q, 7)
+        return jnp.concatenate([qb[:, :3], rot.normalize(qb[:, 3:])], -1).reshape(q.shape)
+
+    def system(self, params, mu, restitution, directions, friction=None):
+        """The `System` of this layout with the given leaves."""
+        spatial = self.dim == 3
+        return System(
+            params=params,
+            mu=mu,
+            mass_matrix=self.mass_matrix,
+            potential=self.potential,
+            gaps=self.gaps,
+            tangents=self.tangents,
+            external_force=self.external_force,
+            kinematics=self.kinematics if spatial else None,
+            directions=directions if spatial else 2,
+            coriolis_force=self.coriolis_force,
+            normalize=self.normalize if spatial else None,
+            contact_active=None if self.margin == math.inf else self.active,
+            collide=self.collide,
+            restitution=restitution,
+            constraints=self.constraints if self.joints else None,
+            torsions=self.torsions if spatial else None,
+            friction=friction,
+            bodies=self,
+        )
+
+
+def _block_diagonal(blocks):
+    """(nb * r, nb * c) block-diagonal matrix of (nb, r, c) blocks."""
+    nb, r, c = blocks.shape
+    eye = jnp.eye(nb, dtype=blocks.dtype)
+    return jnp.einsum("ij,iab->iajb", eye, blocks).reshape(nb * r, nb * c)

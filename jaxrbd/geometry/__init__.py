@@ -1,0 +1,39 @@
+"""Contact geometry: shapes, the collision table of closed-form pairs, the driver and the broad phase.
+
+- `_shapes`: `Plane`, `Sphere`, `Capsule`, `Box` (array leaves, a pose on their body);
+- `_pairs`: the closed-form pairs registered in `COLLIDERS` with their capacity,
+  keyed by the pair of kinds in the order plane < sphere < capsule < box; each
+  returns a fixed number of candidate contacts with the gap f (>= 0 when
+  separated), the unit normal n from the first shape to the second and the
+  contact point x (the midpoint of the two witness points). Gaps are exact signed
+  distances of the convex primitives (box-plane: the signed distances of the
+  lowest corners), so the rows built from n and x are grad f exactly;
+- `_driver`: `collide`, every shape pair of a scene at once (`Collision`);
+- `_broadphase`: `BroadPhase`, the nearest pairs in fixed slots.
+"""
+
+from ._broadphase import BroadPhase as BroadPhase
+from ._broadphase import bounding_gaps as bounding_gaps
+from ._broadphase import select as select
+from ._driver import Collision as Collision
+from ._driver import PairGroup as PairGroup
+from ._driver import collide as collide
+from ._pairs import COLLIDERS as COLLIDERS
+from ._pairs import capsule_capsule as capsule_capsule
+from ._pairs import collider as collider
+from ._pairs import contact_frame as contact_frame
+from ._pairs import planar_tangent as planar_tangent
+from ._pairs import plane_box as plane_box
+from ._pairs import plane_capsule as plane_capsule
+from ._pairs import plane_sphere as plane_sphere
+from ._pairs import safe_norm as safe_norm
+from ._pairs import sphere_box as sphere_box
+from ._pairs import sphere_capsule as sphere_capsule
+from ._pairs import sphere_sphere as sphere_sphere
+from ._pairs import world_pose as world_pose
+from ._shapes import KINDS as KINDS
+from ._shapes import Box as Box
+from ._shapes import Capsule as Capsule
+from ._shapes import Plane as Plane
+from ._shapes import Shape as Shape
+from ._shapes import Sphere as Sphere

@@ -1,0 +1,119 @@
+"""Primitive shapes: plane, sphere, capsule, box, with array leaves and a pose on their body."""
+
+import math
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+KINDS = ("plane", "sphere", "capsule", "box")
+
+
+class Shape(eqx.Module):
+    """Base class: a pose relative to the carrying body, friction and restitution.
+
+    Attributes:
+        position: (3,) offset of the shape's centre in the body frame (world frame
+            for static geometry).
+        orientation: (4,) unit quaternion wxyz of the shape frame in the body frame.
+        mu: friction coefficient of the shape, or None for the scene default. A
+            pair's mu is the mean of its two shapes' unless set per pair.
+        restitution: restitution coefficient in [0, 1], or None for the default.
+    """
+
+    position: jax.Array = eqx.field(default=(0.0, 0.0, 0.0), converter=jnp.asarray, kw_only=True)
+    orientation: jax.Array = eqx.field(default=(1.0, 0.0, 0.0, 0.0), converter=jnp.asarray, kw_only=True)
+    mu: jax.Array | None = eqx.field(default=None, kw_only=True)
+    restitution: jax.Array | None = eqx.field(default=None, kw_only=True)
+
+    kind = ""
+
+    def arrays(self):
+        """The shape's geometric leaves as a dict of arrays (stacked per kind by the scene)."""
+        raise NotImplementedError
+
+    def inertia(self, mass):
+        """(3, 3) the inertia of the solid shape of this mass about its centre, in its own frame."""
+        raise NotImplementedError(f"a {self.kind} has no finite inertia")
+
+    def sizes(self):
+        """(name, value) of the lengths that must be > 0."""
+        return ()
+
+
+class Plane(Shape):
+    """The half-space n . x <= offset (static geometry only); its surface is n . x = offset."""
+
+    normal: jax.Array = eqx.field(default=(0.0, 0.0, 1.0), converter=jnp.asarray)
+    offset: jax.Array = eqx.field(default=0.0, converter=jnp.asarray)
+    kind = "plane"
+
+    def arrays(self):
+        n = self.normal / jnp.linalg.norm(self.normal)
+        return {"normal": n, "offset": self.offset}
+
+
+class Sphere(Shape):
+    """A ball of the given radius (a disk in planar scenes)."""
+
+    radius: jax.Array = eqx.field(converter=jnp.asarray)
+    kind = "sphere"
+
+    def arrays(self):
+        return {"radius": self.radius, "position": self.position}
+
+    def inertia(self, mass):
+        return 0.4 * mass * self.radius**2 * jnp.eye(3)
+
+    def sizes(self):
+        return (("radius", self.radius),)
+
+
+class Capsule(Shape):
+    """The points within `radius` of the segment from -half_length to +half_length on the shape's z axis."""
+
+    radius: jax.Array = eqx.field(converter=jnp.asarray)
+    half_length: jax.Array = eqx.field(converter=jnp.asarray)
+    kind = "capsule"
+
+    def arrays(self):
+        return {
+            "radius": self.radius,
+            "half_length": self.half_length,
+            "position": self.position,
+            "orientation": self.orientation,
+        }
+
+    def inertia(self, mass):
+        """Cylinder plus two hemispherical caps, with the mass shared by volume."""
+        r, h = self.radius, self.half_length
+        cylinder = math.pi * r**2 * 2 * h
+        caps = 4.0 / 3.0 * math.pi * r**3
+        mc, ms = mass * cylinder / (cylinder + caps), mass * caps / (cylinder + caps)
+        axial = mc * r**2 / 2 + ms * 2 * r**2 / 5
+        across = mc * (r**2 / 4 + (2 * h) ** 2 / 12) + ms * (2 * r**2 / 5 + h**2 + 3 * h * r / 4)
+        return jnp.diag(jnp.stack([across, across, axial]))
+
+    def sizes(self):
+        return (("radius", self.radius), ("half_length", self.half_length))
+
+
+class Box(Shape):
+    """A box with the given (3,) half extents along the shape's axes."""
+
+    half_extents: jax.Array = eqx.field(converter=jnp.asarray)
+    kind = "box"
+
+    def arrays(self):
+        return {
+            "half_extents": jnp.broadcast_to(self.half_extents, (3,)),
+            "position": self.position,
+            "orientation": self.orientation,
+        }
+
+    def inertia(self, mass):
+        a, b, c = (2 * jnp.broadcast_to(self.half_extents, (3,))) ** 2
+        return mass / 12 * jnp.diag(jnp.stack([b + c, a + c, a + b]))
+
+    def sizes(self):
+        return (("half_extents", self.half_extents),)
