@@ -3,6 +3,7 @@
 import json
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -101,3 +102,17 @@ def test_bench_prints_and_writes_the_scene_table(tmp_path, capsys):
     assert ours["worst_residual"] <= 1e-5  # the float32 tolerance, over the whole 1 s rollout
     assert abs(ours["answer"]) < 1e-6  # mu > tan(theta): the cube stays put
     assert ours["grad_over_forward"] > 0
+
+
+def test_bench_and_simulate_choose_the_step_solver_by_the_same_rule():
+    """The benchmark has no rule of its own: each scene runs the solver `rbd.choose_solver` names."""
+    from jaxrbd.cli.bench_scenes import CASES, _jaxrbd_scene
+
+    names = {}
+    for key, make in CASES.items():
+        case = make()
+        system, state, solver = _jaxrbd_scene(case, jnp.float64)
+        names[key] = solver.name
+        assert solver == rbd.choose_solver(*case.scene())
+    assert names["sphere_grid"] == "ContactSweeps"  # 640 rows: the sparse solver
+    assert names["four_balls"] == names["incline"] == names["falling_rod"] == "dense SemismoothNewton"

@@ -48,6 +48,6 @@ def test_rod_normals_and_friction_directions():
     half, c, s = 0.25, jnp.cos(q[2]), jnp.sin(q[2])
     np.testing.assert_allclose(system.normals(q), jnp.array([[0, 0], [1, 1], [half * c, -half * c]]), atol=1e-15)
     prob = rbd.cones.PlanarCone().build(system.M(q), system.normals(q), system.contact_rows(q, 1), system.mu, q)
-    D = prob.lcp.D
+    D = prob.friction_lcp.D
     t_plus, t_minus = jnp.array([1, 0, -half * s]), jnp.array([1, 0, half * s])
     np.testing.assert_allclose(D, jnp.stack([t_plus, -t_plus, t_minus, -t_minus], axis=1), atol=1e-15)

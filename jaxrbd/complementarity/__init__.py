@@ -9,4 +9,5 @@ from ._solve import solve_lcp as solve_lcp
 from ._solve import solve_ncp as solve_ncp
 from ._solvers import Lemke as Lemke
 from ._solvers import SemismoothNewton as SemismoothNewton
+from ._solvers import Solver as Solver
 from ._status import Status as Status

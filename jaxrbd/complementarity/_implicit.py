@@ -21,6 +21,7 @@ see.
 import abc
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 
 from ._fb import fischer_burmeister_partials
@@ -99,4 +100,7 @@ def implicit_solve(run, problem, z0, grad_smoothing=0.0, adjoint=None):
         adjoint: the `Adjoint`; None: `DenseAdjoint(grad_smoothing)`.
     """
     adjoint = DenseAdjoint(float(grad_smoothing)) if adjoint is None else adjoint
-    return _implicit(problem, run, adjoint, z0)
+    # Strongly typed leaves: `filter_custom_vjp` drops the cotangent of a weakly typed
+    # input (a Python float traced by `grad`), which would make that gradient zero.
+    strong = lambda x: jnp.asarray(x, x.dtype) if eqx.is_inexact_array(x) else x
+    return _implicit(jax.tree_util.tree_map(strong, problem), run, adjoint, z0)

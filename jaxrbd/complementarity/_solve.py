@@ -7,7 +7,7 @@ import numpy as np
 
 from .._problems import LCP, NCP, natural_residual
 from ._implicit import implicit_solve
-from ._solvers import SemismoothNewton, default_tol
+from ._solvers import SemismoothNewton, Solver, default_tol
 from ._status import Status
 
 
@@ -80,6 +80,8 @@ def _finish(problem, raw, solver):
 def solve(problem, *, solver=None, z0=None, grad_smoothing=0.0):
     """Solve an `LCP` or `NCP` problem object; see `solve_lcp`."""
     solver = SemismoothNewton() if solver is None else solver
+    if not isinstance(solver, Solver):
+        raise TypeError(f"solver must be jaxrbd.SemismoothNewton(...) or jaxrbd.Lemke(...), got {solver!r}")
     if not grad_smoothing >= 0:
         raise ValueError(f"grad_smoothing must be >= 0, got {grad_smoothing}")
     n = problem.size

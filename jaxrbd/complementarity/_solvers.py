@@ -4,6 +4,8 @@ A solver only knows how to find a solution; how that solution is differentiated
 is decided once, in `_implicit.py`.
 """
 
+import abc
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -35,7 +37,21 @@ def _residual(problem, z):
     return natural_residual(z, problem.F(z), problem.n_free)
 
 
-class Lemke(eqx.Module):
+class Solver(eqx.Module):
+    """A complementarity solver: finds a solution, and knows nothing of how it is differentiated.
+
+    Attributes every solver has: `tol`, the convergence tolerance on the natural
+    residual (None: by dtype, `default_tol`).
+    """
+
+    tol: eqx.AbstractVar[float | None]
+
+    @abc.abstractmethod
+    def run(self, problem, z0) -> RawSolution:
+        """Solve `problem` (an `LCP` or `NCP`) from z0; never differentiated."""
+
+
+class Lemke(Solver):
     """Lemke's complementary pivoting method (003 §4), the exact reference solver.
 
     Pivots with the lexicographic rule (no cycling on the degenerate rows of the
@@ -75,7 +91,7 @@ class Lemke(eqx.Module):
         return RawSolution(z, status, pivots, jnp.array(False))
 
 
-class SemismoothNewton(eqx.Module):
+class SemismoothNewton(Solver):
     """Fixed-iteration semismooth Newton on the Fischer-Burmeister reformulation.
 
     phi_i(z) = z_i + s_i w_i - sqrt(z_i^2 + s_i^2 w_i^2) = 0 (equality rows:

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from .. import dynamics
-from ..complementarity import Lemke, SemismoothNewton, solve, solve_lcp
+from ..complementarity import SemismoothNewton, Solver, solve, solve_lcp
 from ..model import State
 from ._rows import step_problem
 from ._solver import StepSolver
@@ -74,7 +74,7 @@ class DenseStep(StepSolver):
         solver: the complementarity solver, `SemismoothNewton()` by default.
     """
 
-    solver: SemismoothNewton | Lemke = eqx.field(default_factory=SemismoothNewton)
+    solver: Solver = eqx.field(default_factory=SemismoothNewton)
 
     @property
     def name(self):

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import dynamics
-from ..complementarity import Lemke, SemismoothNewton
+from ..complementarity import Solver
 from ..cones import Cone
 from ..model import State, check_system
 from ._dense import DenseStep
@@ -16,14 +16,12 @@ from ._solver import StepSolver
 from ._sweeps import AUTO_SIZE, ContactSweeps
 from ._types import Trajectory
 
-COMPLEMENTARITY_SOLVERS = (SemismoothNewton, Lemke)
-
 
 def _step_solver(solver):
     """A step solver from what a user passes: None, a step solver, or a complementarity solver."""
     if solver is None or isinstance(solver, StepSolver):
         return solver
-    if isinstance(solver, COMPLEMENTARITY_SOLVERS):
+    if isinstance(solver, Solver):
         return DenseStep(solver)
     raise TypeError(
         "solver must be None, a complementarity solver (jaxrbd.SemismoothNewton(), jaxrbd.Lemke()) or a step "
