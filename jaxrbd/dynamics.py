@@ -61,10 +61,8 @@ def free_body_motion(system, t, q, v, h):
 
 
 def integrate(system, q, v, h):
-    """q+ = normalize(q + h G(q) v) (000 §5): per body for body scenes, else with the dense G."""
-    if system.bodies is not None:
-        return system.project_q(system.bodies.integrate(q, v, h))
-    return system.project_q(q + h * system.G(q) @ v)
+    """q+ = normalize(q + h G(q) v) (000 §5); G v per body for body scenes (`System.qdot`)."""
+    return system.project_q(q + h * system.qdot(q, v))
 
 
 def project_to_joints(system, q, iterations=JOINT_PROJECTION_ITERATIONS):

@@ -50,6 +50,9 @@ class System(eqx.Module):
         external_force: ``(t, q, v, params) -> (nv,)`` generalized external force.
         kinematics: ``(q, params) -> (nq, nv)`` the map G(q) in dq/dt = G(q) v; None
             means G = I (q and v of the same size).
+        velocity_map: ``(q, v, params) -> (nq,)`` the product G(q) v without forming
+            G (rigid bodies: per body, O(nb) where G is O(nb^2)); None uses
+            `kinematics`.
         directions: with two tangents and no `friction` cone, the number k >= 3 of
             equally spaced directions of the default `PolyhedralCone(k)`.
         coriolis_force: ``(q, v, params) -> (nv,)`` the Coriolis/centrifugal force in
@@ -87,6 +90,7 @@ class System(eqx.Module):
     tangents: Callable = eqx.field(static=True)
     external_force: Callable = eqx.field(static=True, default=_no_force)
     kinematics: Callable | None = eqx.field(static=True, default=None)
+    velocity_map: Callable | None = eqx.field(static=True, default=None)
     directions: int = eqx.field(static=True, default=2)
     coriolis_force: Callable | None = eqx.field(static=True, default=None)
     normalize: Callable | None = eqx.field(static=True, default=None)
@@ -105,6 +109,12 @@ class System(eqx.Module):
 
     def M(self, q):
         return self.mass_matrix(q, self.params)
+
+    def qdot(self, q, v):
+        """dq/dt = G(q) v."""
+        if self.velocity_map is not None:
+            return self.velocity_map(q, v, self.params)
+        return self.G(q) @ v
 
     def contacts(self, q) -> Contacts:
         """The contact record at q (`jaxrbd.Contacts`): collision runs once for all of it."""
@@ -164,7 +174,11 @@ class System(eqx.Module):
     def generalized_force(self, t, q, v):
         """k(q, v) - G^T grad V(q) + F_ext(t, q, v): everything but the contact forces."""
         grad_v = jax.grad(lambda q_: self.potential(q_, self.params))(q)
-        return self.coriolis(q, v) - self.G(q).T @ grad_v + self.external_force(t, q, v, self.params)
+        if self.velocity_map is None:
+            gravity = self.G(q).T @ grad_v
+        else:  # G^T y as the transpose of the linear map v -> G(q) v
+            gravity = jax.linear_transpose(lambda u: self.qdot(q, u), v)(grad_v)[0]
+        return self.coriolis(q, v) - gravity + self.external_force(t, q, v, self.params)
 
     def project_q(self, q):
         """q mapped back to the configuration manifold (unit quaternions); identity by default."""

@@ -187,7 +187,7 @@ class BodyModel:
         p = self.poses(q)[0]
         c = self._collide(q, params)
         n, t, o, x, gap = c.normal, c.tangent, c.bitangent, c.point, c.gap
-        a, b, index = jnp.asarray(c.body_a), jnp.asarray(c.body_b), jnp.asarray(c.index)
+        a, b, index = c.body_a, c.body_b, c.index  # numpy constants for a static layout
         nb, nc = self.nbodies, n.shape[0]
         if mu is None:
             mu = jnp.zeros((len(self.pair_names),), gap.dtype)
@@ -270,13 +270,13 @@ class BodyModel:
         blocks = blocks.at[:, :3, :3].set(eye / params.mass[:, None, None])
         return blocks.at[:, 3:, 3:].set(R @ jnp.linalg.inv(params.inertia) @ jnp.swapaxes(R, -1, -2))
 
-    def integrate(self, q, v, h):
-        """q + h G(q) v per body (000 §5), not normalized: O(nb) where the dense G is O(nb^2)."""
+    def velocity_map(self, q, v, params):
+        """dq/dt = G(q) v per body (000 §5): O(nb) where the dense G is O(nb^2)."""
         if self.dim == 2:
-            return q + h * v
+            return v
         qb, vb = self._per_body(q, 7), self._per_body(v, 6)
-        quat = qb[:, 3:] + h * jnp.einsum("bij,bj->bi", rot.rate_matrix(qb[:, 3:]), vb[:, 3:])
-        return jnp.concatenate([qb[:, :3] + h * vb[:, :3], quat], -1).reshape(q.shape)
+        quat_rate = jnp.einsum("bij,bj->bi", rot.rate_matrix(qb[:, 3:]), vb[:, 3:])
+        return jnp.concatenate([vb[:, :3], quat_rate], -1).reshape(q.shape)
 
     def kinematics(self, q, params):
         """G(q) = diag(I, E(quat)) per body (000 §5)."""
@@ -345,6 +345,7 @@ class BodyModel:
             tangents=self.tangents,
             external_force=self.external_force,
             kinematics=self.kinematics if spatial else None,
+            velocity_map=self.velocity_map if spatial else None,
             directions=directions if spatial else 2,
             coriolis_force=self.coriolis_force,
             normalize=self.normalize if spatial else None,
