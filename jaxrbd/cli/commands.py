@@ -113,7 +113,7 @@ def main(argv=None):
 # jaxlib 0.10.2 on CPU: a vmapped batch of dense solves (B >= 512) can deadlock when two
 # thunks run batched LAPACK kernels at once, each waiting in `ParallelBatchMap` for tasks of
 # the same 2-thread pool (seen in gdb). With XLA's concurrency-optimized scheduler off the
-# four-ball batch of 512 runs (in 4 of 4 tries; it hung in 4 of 4 with it on).
+# four-ball batch of 512 runs (in each of 3 tries; it hung in each of 5 with it on).
 SERIAL_LAPACK_FLAG = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
 
 
