@@ -224,7 +224,8 @@ def _incline_case():
 CASES = {"sphere_grid": _grid_case, "four_balls": _four_balls_case, "falling_rod": _rod_case, "incline": _incline_case}
 
 
-def _median_time(f, *args, repeats, warmup=True):
+def median_time(f, *args, repeats, warmup=True):
+    """The median wall time of `repeats` calls of f(*args), after one warm-up call unless warmup=False."""
     if warmup:
         jax.block_until_ready(f(*args))
     times = []
@@ -262,12 +263,12 @@ def _measure(full, q0, v0, steps, batch_start, batch_steps, batches, repeats):
     batch_q, batch_v = jax.jit(full, static_argnums=2)(q0, v0, batch_start)
     row = {}
     compiled, row["compile_s"] = _compile(lambda q, v: rollout(q, v, steps), q0, v0)
-    elapsed = _median_time(compiled, q0, v0, repeats=repeats)
+    elapsed = median_time(compiled, q0, v0, repeats=repeats)
     row["steps_per_s"] = steps / elapsed
     row["final_q"] = np.asarray(compiled(q0, v0))
     try:
         grad, row["grad_compile_s"] = _compile(jax.grad(lambda q, v: jnp.sum(rollout(q, v, steps))), q0, v0)
-        row["grad_over_forward"] = _median_time(grad, q0, v0, repeats=1) / elapsed
+        row["grad_over_forward"] = median_time(grad, q0, v0, repeats=1) / elapsed
     except Exception as err:  # MJX's solver loop is not reverse-differentiable
         row["grad_error"] = f"{type(err).__name__}: {str(err).splitlines()[0][:80]}"
     row["batches"] = {}
@@ -277,7 +278,7 @@ def _measure(full, q0, v0, steps, batch_start, batch_steps, batches, repeats):
         n = max(2, batch_steps * min(batches) // batch)
         qs, vs = _batch_of(batch_q, batch), jnp.broadcast_to(batch_v, (batch,) + batch_v.shape)
         many, _ = _compile(jax.vmap(lambda q, v, n=n: rollout(q, v, n)), qs, vs)
-        row["batches"][batch] = batch * n / _median_time(many, qs, vs, repeats=1, warmup=False)
+        row["batches"][batch] = batch * n / median_time(many, qs, vs, repeats=1, warmup=False)
         row["memory_bytes"] = _memory(many)
     return row
 
@@ -406,7 +407,7 @@ def scaling(ns=(8, 64, 512), steps=50, repeats=3):
     for n in tqdm(ns, desc="scaling"):
         system, state = scenes.sphere_grid(n)
         f = jax.jit(lambda s, x: simulate(s, x, dt=0.01, steps=steps, solver=ContactSweeps()).q[-1])
-        costs.append(1e3 * _median_time(f, system, state, repeats=repeats) / steps)
+        costs.append(1e3 * median_time(f, system, state, repeats=repeats) / steps)
     exponent = float(np.polyfit(np.log(ns), np.log(costs), 1)[0])
     return {"n": list(ns), "ms_per_step": costs, "exponent": exponent}
 

@@ -10,19 +10,10 @@ from tqdm.auto import tqdm
 
 from .._random import random_friction_lcp
 from ..complementarity import Lemke, SemismoothNewton, solve_lcp
+from .bench_scenes import median_time
 
 DIRECTIONS = 8
 CONTACTS = (1, 2, 5, 10, 20)
-
-
-def _time(f, *args, repeats):
-    jax.block_until_ready(f(*args))
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        jax.block_until_ready(f(*args))
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
 
 
 def _problems(contacts, batch, seed):
@@ -55,7 +46,7 @@ def run_benchmark(batch=256, repeats=3, contacts=CONTACTS, seed=0):
             jax.block_until_ready(one(A[0], b[0]))
             compile_s = time.perf_counter() - t0
             sol = many(A, b)
-            solve_s = _time(one, A[0], b[0], repeats=repeats)
+            solve_s = median_time(one, A[0], b[0], repeats=repeats)
             rows.append(
                 {
                     "solver": name,
@@ -64,11 +55,11 @@ def run_benchmark(batch=256, repeats=3, contacts=CONTACTS, seed=0):
                     "compile_s": compile_s,
                     "solve_ms": 1e3 * solve_s,
                     "batch": batch,
-                    "batch_ms": 1e3 * _time(many, A, b, repeats=repeats),
+                    "batch_ms": 1e3 * median_time(many, A, b, repeats=repeats),
                     "solved": float(jnp.mean(sol.converged)),
                     "worst_residual": float(jnp.max(sol.residual)),
                     "fallback": float(jnp.mean(sol.fallback)),
-                    "grad_over_solve": _time(grad, A[0], b[0], repeats=repeats) / solve_s,
+                    "grad_over_solve": median_time(grad, A[0], b[0], repeats=repeats) / solve_s,
                 }
             )
     return rows
@@ -133,7 +124,7 @@ def rod_benchmark(batch=256, dt=0.0025, steps=320, repeats=3):
         t = time.perf_counter()
         jax.block_until_ready(f(x))
         compile_s[name] = time.perf_counter() - t
-    rollout = _time(one, mu, repeats=repeats)
+    rollout = median_time(one, mu, repeats=repeats)
     return {
         "dt": dt,
         "steps": steps,
@@ -141,8 +132,8 @@ def rod_benchmark(batch=256, dt=0.0025, steps=320, repeats=3):
         "compile_s": compile_s,
         "rollout_s": rollout,
         "steps_per_s": steps / rollout,
-        "batch_env_steps_per_s": batch * steps / _time(many, mus, repeats=repeats),
-        "grad_over_rollout": _time(grad, mu, repeats=repeats) / rollout,
+        "batch_env_steps_per_s": batch * steps / median_time(many, mus, repeats=repeats),
+        "grad_over_rollout": median_time(grad, mu, repeats=repeats) / rollout,
     }
 
 
@@ -176,7 +167,7 @@ def grid_benchmark(n=64, dt=0.01, steps=20, batches=(64, 512), repeats=1, gradie
     t = time.perf_counter()
     _, residual = jax.block_until_ready(one(jnp.asarray(0.5)))
     compile_s = time.perf_counter() - t
-    rollout = _time(one, jnp.asarray(0.4), repeats=repeats)
+    rollout = median_time(one, jnp.asarray(0.4), repeats=repeats)
     result = {
         "n": n,
         "dt": dt,
@@ -191,7 +182,7 @@ def grid_benchmark(n=64, dt=0.01, steps=20, batches=(64, 512), repeats=1, gradie
     if gradient:
         grad = jax.jit(jax.grad(lambda mu: final(mu)[0][2::7].sum()))
         jax.block_until_ready(grad(jnp.asarray(0.5)))
-        result["grad_over_rollout"] = _time(grad, jnp.asarray(0.4), repeats=repeats) / rollout
+        result["grad_over_rollout"] = median_time(grad, jnp.asarray(0.4), repeats=repeats) / rollout
     for batch in batches:
         many = jax.jit(jax.vmap(final))
         mus = jnp.linspace(0.1, 1.0, batch)

@@ -113,9 +113,7 @@ class DenseStep(StepSolver):
         for _ in range(scheme.fixed_point_iterations):
             qhat = q_next
             contacts_hat = system.contacts(qhat)
-            M_hat = system.M(qhat)
-            F_hat = system.generalized_force(t, qhat, v)
-            motion_hat = dynamics.FreeMotion(M_hat, F_hat, v + dt * jnp.linalg.solve(M_hat, F_hat))
+            motion_hat = dynamics.free_motion(system, t, qhat, v, dt)
             J_hat = system.constraint_jacobian(qhat)
             prob, sol, v_next = _solve_at(
                 system, cone, solver, contacts_hat, motion_hat, J_hat, q, qhat, dt, z0=sol.z, **options

@@ -132,9 +132,10 @@ def simulate(
     scheme = StewartTrinkle() if scheme is None else scheme
     dtype = jnp.result_type(state.q, state.v, float)
     state = State(jnp.asarray(state.t, dtype), jnp.asarray(state.q, dtype), jnp.asarray(state.v, dtype))
-    options = dict(scheme=scheme, friction=friction, restitution=restitution, grad_smoothing=grad_smoothing)
-    step_solver = choose_solver(system, state, solver=solver, **options)
+    _check_options(scheme, friction, restitution)
     cone = default_cone(system, jax.eval_shape(system.contacts, state.q)) if friction is None else friction
+    options = dict(scheme=scheme, friction=cone, restitution=restitution, grad_smoothing=grad_smoothing)
+    step_solver = choose_solver(system, state, solver=solver, **options)
     jax.eval_shape(lambda q: system.contacts(q).friction_rows(cone.dim), state.q)  # a clear error on a mismatch
     if project_joints:
         state = State(state.t, dynamics.project_to_joints(system, state.q), state.v)
