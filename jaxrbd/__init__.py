@@ -6,6 +6,39 @@ The pipeline, one module (or subpackage) per stage, data flowing one way:
     -> Contacts (one record per step) -> cones -> complementarity -> stepping -> sysid, batch
 """
 
+def _serial_lapack_scheduler():
+    """Turn off XLA's concurrency-optimized CPU scheduler, before JAX starts its CPU backend.
+
+    jaxlib 0.10.2 on CPU: a vmapped batch of dense solves (B >= 512) can deadlock when
+    two thunks run batched LAPACK kernels at once, each waiting in `ParallelBatchMap`
+    for tasks of the same 2-thread pool (seen in gdb). With the scheduler off the
+    four-ball batch of 512 runs (in each of 3 tries; it hung in each of 5 with it on).
+    The flag is read when the backend starts, so it is set here unless XLA_FLAGS
+    already names it; a backend started before `import jaxrbd` keeps its scheduler,
+    and a warning says so.
+    """
+    import os
+    import warnings
+
+    import jax._src.xla_bridge as xla_bridge
+
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "xla_cpu_enable_concurrency_optimized_scheduler" in flags:
+        return
+    if xla_bridge.backends_are_initialized():
+        warnings.warn(
+            "jaxrbd: JAX's backend started before `import jaxrbd`; batched dense solves may deadlock on jaxlib "
+            f"0.10.2 CPU. Set XLA_FLAGS={SERIAL_LAPACK_FLAG} before the first JAX computation.",
+            stacklevel=3,
+        )
+        return
+    os.environ["XLA_FLAGS"] = f"{flags} {SERIAL_LAPACK_FLAG}".strip()
+
+
+SERIAL_LAPACK_FLAG = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
+_serial_lapack_scheduler()
+
+
 from . import analysis as analysis
 from . import bodies as bodies
 from . import complementarity as complementarity

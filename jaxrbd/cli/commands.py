@@ -51,9 +51,6 @@ def main(argv=None):
         help="instead: the LCP solver table by problem size and the falling-rod rollout",
     )
     args = parser.parse_args(argv)
-    if args.command == "bench" and argv is None:
-        _restart_without_concurrent_lapack()
-
     import jax
 
     jax.config.update("jax_enable_x64", not args.float32)
@@ -108,26 +105,6 @@ def main(argv=None):
                 repeats=args.repeats,
                 scale=not args.no_scaling,
             )
-
-
-# jaxlib 0.10.2 on CPU: a vmapped batch of dense solves (B >= 512) can deadlock when two
-# thunks run batched LAPACK kernels at once, each waiting in `ParallelBatchMap` for tasks of
-# the same 2-thread pool (seen in gdb). With XLA's concurrency-optimized scheduler off the
-# four-ball batch of 512 runs (in each of 3 tries; it hung in each of 5 with it on).
-SERIAL_LAPACK_FLAG = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
-
-
-def _restart_without_concurrent_lapack():
-    """Re-run this command with `SERIAL_LAPACK_FLAG` in XLA_FLAGS (it must be set before JAX
-    starts its CPU backend, which importing jaxrbd already does)."""
-    import os
-    import sys
-
-    flags = os.environ.get("XLA_FLAGS", "")
-    if "xla_cpu_enable_concurrency_optimized_scheduler" in flags:
-        return
-    env = dict(os.environ, XLA_FLAGS=f"{flags} {SERIAL_LAPACK_FLAG}".strip())
-    os.execve(sys.executable, [sys.executable, "-m", "jaxrbd.cli", *sys.argv[1:]], env)
 
 
 def _enable_compilation_cache(jax):

@@ -15,7 +15,9 @@ singular values below a relative cutoff dropped. That is the transpose of the
 minimum-norm forward derivative; for a consistent perturbation it differs from
 every other solution of the linearised problem only along the null space, which
 the unique part of the solution (the generalized impulse N c_n + D beta) does not
-see.
+see. It is computed by a complete orthogonal decomposition (two QR factorizations,
+the first with column pivoting, which reveals the rank), the same minimum-norm
+solution as the SVD at about a third of its cost.
 """
 
 import abc
@@ -63,7 +65,32 @@ class DenseAdjoint(Adjoint):
         db = jnp.where(free, 1.0, db)
         J = jnp.diag(da) + db[:, None] * problem.jac(z)
         rtol = PINV_RTOL_FACTOR * n * jnp.finfo(z.dtype).eps
-        return db * (jnp.linalg.pinv(J.T, rtol=rtol) @ z_bar)
+        return db * min_norm_lstsq(J.T, z_bar, rtol)
+
+
+def min_norm_lstsq(B, c, rtol):
+    """The minimum-norm least-squares solution of B x = c, pinv(B) c, by complete orthogonal decomposition.
+
+    B[:, p] = Q R (QR with column pivoting); the rank r counts the diagonal entries
+    |R_ii| > rtol |R_00|, and the rows of R below it are dropped. The kept rows R_1
+    (r x n) are factored again, R_1^T = Z T, so the least-squares solutions are
+    y = Z T^{-T} (Q^T c)_1 plus anything orthogonal to Z, and the minimum-norm one
+    has nothing there. The dropped rows make T = [[T_11, 0], [0, 0]], whose trailing
+    diagonal is set to one with a zero right-hand side.
+
+    Args:
+        B: (n, n) matrix.
+        c: (n,) right-hand side.
+        rtol: relative cutoff of the rank.
+    """
+    Q, R, perm = jax.lax.linalg.qr(B, pivoting=True)
+    d = jnp.abs(jnp.diagonal(R))
+    keep = d > rtol * d[0]
+    R = jnp.where(keep[:, None], R, 0.0)
+    Z, T = jnp.linalg.qr(R.T)
+    T = T + jnp.diag(jnp.where(keep, 0.0, 1.0)).astype(T.dtype)
+    x = jax.scipy.linalg.solve_triangular(T, jnp.where(keep, Q.T @ c, 0.0), trans="T")
+    return jnp.zeros_like(c).at[perm].set(Z @ x)
 
 
 @eqx.filter_custom_vjp

@@ -8,29 +8,43 @@ from ._status import Status
 
 SUCCESS, MAX_STEPS, RAY, NONFINITE = (int(s) for s in (Status.SUCCESS, Status.MAX_STEPS, Status.RAY, Status.NONFINITE))
 
-PIVOT_TOL = 1e-12
-TIE_TOL = 1e-11
+PIVOT_EXPONENT = 3 / 4
+TIE_EXPONENT = 2 / 3
 
 
-def _lex_min_row(T, col, cand, n):
-    """Index of the lexicographic minimum ratio row among `cand`.
+def tolerances(dtype):
+    """(pivot, tie) tolerances of a tableau in `dtype`: eps^(3/4) and eps^(2/3).
 
-    Compares rows of [rhs, B^{-1}] / col one column at a time, keeping the rows that
-    tie, until one is left. With B^{-1} of full rank the minimum is unique, so
-    degenerate (tied) pivots never cycle.
+    That is 1.8e-12 and 3.7e-11 in float64 (about the fixed 1e-12 and 1e-11 used
+    before) and 6.4e-6 and 2.4e-5 in float32. A fixed multiple of eps with the same
+    float64 values would give 5e-4 and 5e-3 in float32, loose enough to choose wrong
+    pivots; the fixed float64 values in float32 take round-off for pivots and send
+    Lemke onto secondary rays.
     """
+    eps = float(jnp.finfo(dtype).eps)
+    return eps**PIVOT_EXPONENT, eps**TIE_EXPONENT
+
+
+def _lex_min_row(T, col, cand, floor, tie):
+    """Index of the lexicographic minimum row of B^{-1} / col among the tied rows `cand`.
+
+    Compares one column of B^{-1} (the first n columns of T) at a time, keeping the
+    rows that tie, until one is left. With B^{-1} of full rank the minimum is unique,
+    so degenerate (tied) pivots never cycle. An entry at or below `floor` (of its row)
+    is round-off of a zero and counts as zero; ties are relative.
+    """
+    n = floor.shape[0]
     safe = jnp.where(cand, col, 1.0)
-    order = jnp.concatenate([jnp.array([T.shape[1] - 1]), jnp.arange(n)])
 
     def cond(state):
         k, cand = state
-        return (k < n + 1) & (jnp.sum(cand) > 1)
+        return (k < n) & (jnp.sum(cand) > 1)
 
     def body(state):
         k, cand = state
-        vals = T[:, order[k]] / safe
+        vals = jnp.where(jnp.abs(T[:, k]) <= floor, 0.0, T[:, k]) / safe
         m = jnp.min(jnp.where(cand, vals, jnp.inf))
-        cand = cand & (vals <= m + TIE_TOL * (1.0 + jnp.abs(m)))
+        cand = cand & (vals <= m + tie * jnp.abs(m))
         return k + 1, cand
 
     _, cand = lax.while_loop(cond, body, (jnp.array(0), cand))
@@ -51,12 +65,27 @@ def lemke(A, b, max_pivots):
     For copositive-plus A and the b of a friction step this terminates with a
     solution (004 §3.2); otherwise it ends on a secondary ray, reported as RAY.
 
+    Round-off. Column j of the tableau is B^{-1} M0_j (M0 the initial tableau, B
+    the basis columns of M0), so its entries carry errors of about
+    eps |B^{-1}| |M0_j|. With `tie` (`tolerances`) times that as the noise level of
+    the right-hand side and of the entering column: an entering entry within its
+    noise is no pivot; a right-hand side within its noise is a degenerate zero; and
+    two ratios tie when their intervals ratio +- error overlap, so the ratio test
+    never prefers one row to another on accumulated round-off alone. The basic
+    solution read off at the end gets one step of iterative refinement with the
+    tableau's own B^{-1}. In float32 this solves the friction LCPs of a step on
+    the pivot path float64 takes.
+
     Returns:
         (z, status, pivots).
     """
     n = b.shape[-1]
     dtype = b.dtype
-    T = jnp.concatenate([jnp.eye(n, dtype=dtype), -A, -jnp.ones((n, 1), dtype), b[:, None]], axis=1)
+    pivot_tol, tie = tolerances(dtype)
+    M0 = jnp.concatenate([jnp.eye(n, dtype=dtype), -A, -jnp.ones((n, 1), dtype), b[:, None]], axis=1)
+    absM0 = jnp.abs(M0)
+    ones = jnp.ones((n,), dtype)
+    T = M0
     basis = jnp.arange(n)
     finite = jnp.all(jnp.isfinite(T))
     trivial = jnp.all(b >= 0)
@@ -73,13 +102,16 @@ def lemke(A, b, max_pivots):
     def body(state):
         T, basis, e, status, k = state
         col = T[:, e]
-        cand = col > PIVOT_TOL * (1.0 + jnp.max(jnp.abs(col)))
+        noise = tie * (jnp.abs(T[:, :n]) @ jnp.stack([absM0[:, -1], absM0[:, e], ones], axis=1))
+        noise_rhs, noise_col, noise_row = noise[:, 0], noise[:, 1], noise[:, 2]
+        cand = col > jnp.maximum(pivot_tol * (1.0 + jnp.max(jnp.abs(col))), noise_col)
         ray = ~jnp.any(cand)
-        ratio = jnp.where(cand, T[:, -1] / jnp.where(cand, col, 1.0), jnp.inf)
-        rmin = jnp.min(ratio)
+        safe = jnp.where(cand, col, 1.0)
+        ratio = jnp.where(T[:, -1] <= noise_rhs, 0.0, T[:, -1]) / safe
+        err = (noise_rhs + ratio * noise_col) / safe
+        ties = cand & (ratio - err <= jnp.min(jnp.where(cand, ratio + err, jnp.inf)))
         z0_row = jnp.argmax(basis == 2 * n)
-        z0_ties = cand[z0_row] & (ratio[z0_row] <= rmin + TIE_TOL * (1.0 + jnp.abs(rmin)))
-        r = jnp.where(z0_ties, z0_row, _lex_min_row(T, col, cand, n))
+        r = jnp.where(ties[z0_row], z0_row, _lex_min_row(T, col, ties, noise_row, tie))
         leaving = basis[r]
         T_new = _pivot(T, r, e)
         ok = ~ray & jnp.all(jnp.isfinite(T_new))
@@ -90,9 +122,11 @@ def lemke(A, b, max_pivots):
         return T, basis, e, status, k + 1
 
     T, basis, _, status, pivots = lax.while_loop(cond, body, (T, basis, entering, status0, jnp.array(0)))
+    x = T[:, -1]
+    x = x + T[:, :n] @ (b - M0[:, basis] @ x)  # one refinement step: B x = b with the tableau's B^{-1}
     is_z = (basis >= n) & (basis < 2 * n)
     idx = jnp.where(is_z, basis - n, n)  # n: a dump slot
-    z = jnp.zeros((n + 1,), dtype).at[idx].set(jnp.where(is_z, T[:, -1], 0.0))[:n]
+    z = jnp.zeros((n + 1,), dtype).at[idx].set(jnp.where(is_z, x, 0.0))[:n]
     return jnp.maximum(z, 0.0), status, pivots
 
 

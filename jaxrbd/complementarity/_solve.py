@@ -77,6 +77,19 @@ def _finish(problem, raw, solver):
     return LCPSolution(z, w, residual, converged, status, raw.iterations, raw.fallback)
 
 
+@eqx.filter_jit
+def _solve_checked(problem, solver, z0, grad_smoothing):
+    """The solve after the host checks, compiled once and cached.
+
+    The cache key is what `filter_jit` treats as static: the problem's structure,
+    its array shapes and dtypes, its static fields (`n_free`, an NCP's `fn`, Python
+    scalars in its args), the solver and `grad_smoothing`. Inside the caller's
+    `jit`, `vmap` or `grad` the call is traced into the caller's program.
+    """
+    raw = implicit_solve(solver.run, problem, jax.lax.stop_gradient(z0), grad_smoothing)
+    return _finish(problem, raw, solver)
+
+
 def solve(problem, *, solver=None, z0=None, grad_smoothing=0.0):
     """Solve an `LCP` or `NCP` problem object; see `solve_lcp`."""
     solver = SemismoothNewton() if solver is None else solver
@@ -86,9 +99,8 @@ def solve(problem, *, solver=None, z0=None, grad_smoothing=0.0):
         raise ValueError(f"grad_smoothing must be >= 0, got {grad_smoothing}")
     n = problem.size
     dtype = jax.tree_util.tree_leaves(eqx.filter(problem, eqx.is_inexact_array))[0].dtype
-    z0 = jax.lax.stop_gradient(_check_z0(z0, n, dtype))
-    raw = implicit_solve(solver.run, problem, z0, grad_smoothing)
-    return _finish(problem, raw, solver)
+    z0 = _check_z0(z0, n, dtype)
+    return _solve_checked(problem, solver, z0, float(grad_smoothing))
 
 
 def solve_lcp(A, b, *, solver=None, z0=None, n_free=0, grad_smoothing=0.0) -> LCPSolution:
@@ -96,6 +108,9 @@ def solve_lcp(A, b, *, solver=None, z0=None, n_free=0, grad_smoothing=0.0) -> LC
 
     Works under `jit`, `vmap` and `grad`. Gradients with respect to A and b come
     from implicit differentiation at the solution (never through the iterations).
+    Outside `jit` the input checks run on the host and the solve itself is compiled
+    once per shape, dtype, `n_free`, solver and `grad_smoothing`: the first call
+    compiles (about a second), a repeated one takes milliseconds.
 
     Args:
         A: (n, n) matrix.
@@ -120,6 +135,11 @@ def solve_ncp(fn, args, n, *, solver=None, z0=None, n_free=0, grad_smoothing=0.0
         fn: (z, args) -> w, smooth, both (n,).
         args: pytree of arrays; gradients flow to its floating leaves.
         n: problem size.
+
+    The other arguments are those of `solve_lcp`. `fn` is static: outside `jit` the
+    compiled solve is cached by the identity of `fn` (and by any Python scalars in
+    `args`), so pass the same function to reuse it; a new lambda on each call
+    compiles again.
     """
     if not isinstance(n, int) or n < 1:
         raise ValueError(f"n must be a positive integer, got {n!r}")

@@ -9,10 +9,11 @@ import abc
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+from jax import lax
 
 from .._problems import LCP, natural_residual
 from ._lemke import lemke_mixed
-from ._newton import newton_chain, row_scale
+from ._newton import newton_solve, row_scale
 from ._status import Status
 
 POLISH_LINE_SEARCH = 8
@@ -58,12 +59,13 @@ class Lemke(Solver):
     friction LCP), in a `lax.while_loop` bounded by `max_pivots`; a secondary ray
     is reported as status RAY, never as a solution. Equality rows of a mixed LCP
     are eliminated first by a Schur complement. The pivoted solution is then
-    polished by a few semismooth Newton steps, which removes the round-off that a
-    tableau accumulates.
+    polished by semismooth Newton steps while its residual is above the tolerance,
+    which removes the round-off that a tableau accumulates (no step when the
+    pivoting was accurate enough).
 
     Attributes:
         max_pivots: static bound on the pivots; default 10 n.
-        polish_iterations: static number of Newton steps after pivoting.
+        polish_iterations: static bound on the Newton steps after pivoting.
         tol: convergence tolerance on the natural residual (default by dtype).
     """
 
@@ -86,33 +88,46 @@ class Lemke(Solver):
         max_pivots = self.max_pivots or 10 * n
         z, status, pivots = lemke_mixed(s[:, None] * problem.A, s * problem.b, problem.n_free, max_pivots)
         if self.polish_iterations:
-            zp = newton_chain(problem, z, s, self.polish_iterations, POLISH_LINE_SEARCH, POLISH_REGULARIZATION)
-            z = jnp.where(_residual(problem, zp) < _residual(problem, z), zp, z)
+            tol = self.tol if self.tol is not None else default_tol(z.dtype)
+            polished = newton_solve(
+                problem,
+                z,
+                s,
+                tol=tol,
+                iterations=self.polish_iterations,
+                line_search_steps=POLISH_LINE_SEARCH,
+                regularization=POLISH_REGULARIZATION,
+            )
+            z = jnp.where(polished.residual < _residual(problem, z), polished.z, z)
         return RawSolution(z, status, pivots, jnp.array(False))
 
 
 class SemismoothNewton(Solver):
-    """Fixed-iteration semismooth Newton on the Fischer-Burmeister reformulation.
+    """Semismooth Newton on the Fischer-Burmeister reformulation, from the warm start until converged.
 
     phi_i(z) = z_i + s_i w_i - sqrt(z_i^2 + s_i^2 w_i^2) = 0 (equality rows:
     s_i w_i = 0), with row scaling s_i = 1 / max_j |dw_i/dz_j|. Each iteration is a
     Levenberg-Marquardt step with regularisation proportional to |phi|^2 (bounded
-    steps along the non-unique multipliers) and a fixed-length Armijo line search.
-    Everything is a `lax.scan` of static length.
+    steps along the non-unique multipliers) and a backtracking Armijo line search
+    (`newton_solve`).
 
-    The friction LCP is copositive but not P, so the merit function has stationary
-    points that are not solutions (BENCHMARKS.md P1). Two guards:
-      1. two starts run side by side, the given warm start and the cold start
-         z = 0, and the one with the smaller natural residual is kept;
-      2. (LCPs, `fallback=True`) a lane whose residual is still above `tol` is
-         solved by `Lemke` and polished. The pivoting runs in a while loop whose
-         predicate is false for converged lanes, so when every lane converged
-         (the common case, also under `vmap`) it costs nothing.
-    Neither path is differentiated: gradients come from the implicit rule.
+    The main path is the warm start alone: Newton runs from z0 in a `lax.while_loop`
+    that stops at the tolerance, so a warm start that already solves the problem
+    (most steps of a rollout) costs one residual evaluation, and a step that needs
+    two iterations costs two. The friction LCP is copositive but not P, so the merit
+    function has stationary points that are not solutions (BENCHMARKS.md P1); a lane
+    that has not converged after `iterations` steps, or stalls, goes on to
+
+      1. a cold restart from z = 0 (at most `iterations` steps, kept if better);
+      2. (LCPs, `fallback=True`) `Lemke`, then a polish.
+
+    Both are loops whose predicate is false for a converged lane, so when every
+    lane converged (the common case, also under `vmap`) they cost nothing. None of
+    this is differentiated: gradients come from the implicit rule.
 
     Attributes:
-        iterations: static Newton iterations per start (> 0).
-        line_search_steps: static number of step halvings tried (> 0).
+        iterations: static bound on the Newton iterations per start (> 0).
+        line_search_steps: static bound on the step halvings (> 0).
         regularization: factor of the Levenberg-Marquardt term (> 0).
         fallback: use Lemke on the lanes that did not converge (LCPs only).
         tol: convergence tolerance on the natural residual (default by dtype).
@@ -136,36 +151,50 @@ class SemismoothNewton(Solver):
         n = problem.size
         cold = jnp.zeros((n,), z0.dtype)
         s = row_scale(problem.jac(cold))
-        starts = jnp.stack([z0, cold])
-        zs = jax.vmap(
-            lambda z: newton_chain(problem, z, s, self.iterations, self.line_search_steps, self.regularization)
-        )(starts)
-        res = jax.vmap(lambda z: _residual(problem, z))(zs)
-        res = jnp.where(jnp.isnan(res), jnp.inf, res)
-        z = zs[jnp.argmin(res)]
         tol = self.tol if self.tol is not None else default_tol(z0.dtype)
-        failed = ~(jnp.min(res) <= tol)
-        iterations = jnp.array(self.iterations)
-        if not (self.fallback and isinstance(problem, LCP)):
-            return RawSolution(z, jnp.where(failed, Status.MAX_STEPS, Status.SUCCESS), iterations, jnp.array(False))
-        return _lemke_fallback(problem, z, failed, iterations)
+        options = dict(
+            tol=tol,
+            iterations=self.iterations,
+            line_search_steps=self.line_search_steps,
+            regularization=self.regularization,
+        )
+        warm = newton_solve(problem, z0, s, **options)
+        iterations = warm.iterations
+        failed = ~(warm.residual <= tol)
+        fallback = self.fallback and isinstance(problem, LCP)
+
+        def recover(_):
+            restart = newton_solve(problem, cold, s, run=failed, **options)
+            better = restart.residual < jnp.where(jnp.isnan(warm.residual), jnp.inf, warm.residual)
+            z = jnp.where(better, restart.z, warm.z)
+            still = failed & ~(restart.residual <= tol)
+            status = jnp.where(still, Status.MAX_STEPS, Status.SUCCESS)
+            if not fallback:
+                return RawSolution(z, status, iterations + restart.iterations, jnp.array(False))
+            return _lemke_fallback(problem, RawSolution(z, status, iterations + restart.iterations, still))
+
+        done = RawSolution(warm.z, jnp.where(failed, Status.MAX_STEPS, Status.SUCCESS), iterations, jnp.array(False))
+        # A real branch for one problem; under `vmap` both run, and the loops of
+        # `recover` make no step for the converged lanes.
+        return lax.cond(jnp.any(failed), recover, lambda _: done, None)
 
 
-def _lemke_fallback(problem, z, failed, iterations):
-    """Lemke for a lane that failed; a zero-trip loop for one that converged.
+def _lemke_fallback(problem, raw):
+    """Lemke for a lane whose Newton runs failed (`raw.fallback`); a zero-trip loop for one that converged.
 
     A converged lane hands Lemke the trivial problem (A = I, b = 1), solved before
     the first pivot, so under `vmap` the batched while loop runs only as long as
     the slowest failed lane needs.
     """
     n = problem.size
+    z, failed = raw.z, raw.fallback
     masked = LCP(
         jnp.where(failed, problem.A, jnp.eye(n, dtype=z.dtype)),
         jnp.where(failed, problem.b, jnp.ones((n,), z.dtype)),
         problem.n_free,
     )
-    raw = Lemke().run(masked, z)
-    better = failed & (_residual(problem, raw.z) < _residual(problem, z))
-    z = jnp.where(better, raw.z, z)
-    status = jnp.where(failed, raw.status, Status.SUCCESS)
-    return RawSolution(z, status, iterations + jnp.where(failed, raw.iterations, 0), failed)
+    lemke = Lemke().run(masked, z)
+    better = failed & (_residual(problem, lemke.z) < _residual(problem, z))
+    z = jnp.where(better, lemke.z, z)
+    status = jnp.where(failed, lemke.status, Status.SUCCESS)
+    return RawSolution(z, status, raw.iterations + jnp.where(failed, lemke.iterations, 0), failed)
