@@ -6,16 +6,23 @@ The pipeline, one module (or subpackage) per stage, data flowing one way:
     -> Contacts (one record per step) -> cones -> complementarity -> stepping -> sysid, batch
 """
 
-def _serial_lapack_scheduler():
-    """Turn off XLA's concurrency-optimized CPU scheduler, before JAX starts its CPU backend.
+SERIAL_LAPACK_FLAG = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
 
-    jaxlib 0.10.2 on CPU: a vmapped batch of dense solves (B >= 512) can deadlock when
-    two thunks run batched LAPACK kernels at once, each waiting in `ParallelBatchMap`
-    for tasks of the same 2-thread pool (seen in gdb). With the scheduler off the
-    four-ball batch of 512 runs (in each of 3 tries; it hung in each of 5 with it on).
-    The flag is read when the backend starts, so it is set here unless XLA_FLAGS
-    already names it; a backend started before `import jaxrbd` keeps its scheduler,
-    and a warning says so.
+
+def _configure_cpu():
+    """Two CPU settings that small dense solves need, applied before JAX starts its CPU backend.
+
+    1. XLA's concurrency-optimized scheduler off. jaxlib 0.10.2 on CPU: a vmapped
+       batch of dense solves (B >= 512) can deadlock when two thunks run batched
+       LAPACK kernels at once, each waiting in `ParallelBatchMap` for tasks of the
+       same 2-thread pool (seen in gdb). The flag is read when the backend starts,
+       so it is set here unless XLA_FLAGS already names it; a backend started
+       before `import jaxrbd` keeps its scheduler, and a warning says so.
+    2. One OpenBLAS thread (scipy's OpenBLAS, which jaxlib's LAPACK kernels call),
+       unless OPENBLAS_NUM_THREADS says otherwise. The step's matrices are 10-100
+       rows, too small to split, and OpenBLAS's idle threads spin: on a 2-core host
+       with one other busy process the four-ball rollout ran at 63 steps/s with two
+       threads and 4,149 with one.
     """
     import os
     import warnings
@@ -23,21 +30,23 @@ def _serial_lapack_scheduler():
     import jax._src.xla_bridge as xla_bridge
 
     flags = os.environ.get("XLA_FLAGS", "")
-    if "xla_cpu_enable_concurrency_optimized_scheduler" in flags:
-        return
-    if xla_bridge.backends_are_initialized():
-        warnings.warn(
-            "jaxrbd: JAX's backend started before `import jaxrbd`; batched dense solves may deadlock on jaxlib "
-            f"0.10.2 CPU. Set XLA_FLAGS={SERIAL_LAPACK_FLAG} before the first JAX computation.",
-            stacklevel=3,
-        )
-        return
-    os.environ["XLA_FLAGS"] = f"{flags} {SERIAL_LAPACK_FLAG}".strip()
+    if "xla_cpu_enable_concurrency_optimized_scheduler" not in flags:
+        if xla_bridge.backends_are_initialized():
+            warnings.warn(
+                "jaxrbd: JAX's backend started before `import jaxrbd`; batched dense solves may deadlock on jaxlib "
+                f"0.10.2 CPU. Set XLA_FLAGS={SERIAL_LAPACK_FLAG} before the first JAX computation.",
+                stacklevel=3,
+            )
+        else:
+            os.environ["XLA_FLAGS"] = f"{flags} {SERIAL_LAPACK_FLAG}".strip()
+    if "OPENBLAS_NUM_THREADS" not in os.environ:
+        import scipy.linalg.cython_lapack  # noqa: F401  (loads the OpenBLAS that jaxlib calls)
+        import threadpoolctl
+
+        threadpoolctl.threadpool_limits(1, user_api="blas")
 
 
-SERIAL_LAPACK_FLAG = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
-_serial_lapack_scheduler()
-
+_configure_cpu()
 
 from . import analysis as analysis
 from . import bodies as bodies

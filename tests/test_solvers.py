@@ -120,3 +120,21 @@ def test_friction_lcp_layout_and_checks():
     np.testing.assert_allclose(lam, [v_plus[0] + 0.2 * v_plus[2]], atol=TOL)  # sliding speed
     with pytest.raises(ValueError, match="counts"):
         rbd.friction_lcp(M, N, D, jnp.array([0.1]), (3,), jnp.zeros(3))
+
+
+def test_eager_calls_reuse_the_compiled_solve():
+    """A repeated eager call runs the cached compiled solve, gives the same answer, and differentiates."""
+    from jaxrbd.complementarity._solve import _solve_checked
+
+    cache_size = getattr(getattr(_solve_checked, "_cached", None), "_cache_size", None)  # private jax.jit API
+    A = jnp.array([[2.0, 1.0], [1.0, 2.0]])
+    b = jnp.array([-1.0, 3.0])
+    first = rbd.solve_lcp(A, b)
+    compiled = cache_size() if cache_size else None
+    second = rbd.solve_lcp(A, b)
+    if cache_size:
+        assert cache_size() == compiled
+    np.testing.assert_array_equal(first.z, second.z)
+    np.testing.assert_allclose(second.z, [0.5, 0.0], atol=TOL)
+    # z_0 = -b_0 / 2 while row 0 is active and row 1 is not: dz_0/db = [-1/2, 0].
+    np.testing.assert_allclose(jax.grad(lambda b: rbd.solve_lcp(A, b).z[0])(b), [-0.5, 0.0], atol=TOL)

@@ -68,13 +68,15 @@ def lemke(A, b, max_pivots):
     Round-off. Column j of the tableau is B^{-1} M0_j (M0 the initial tableau, B
     the basis columns of M0), so its entries carry errors of about
     eps |B^{-1}| |M0_j|. With `tie` (`tolerances`) times that as the noise level of
-    the right-hand side and of the entering column: an entering entry within its
-    noise is no pivot; a right-hand side within its noise is a degenerate zero; and
-    two ratios tie when their intervals ratio +- error overlap, so the ratio test
-    never prefers one row to another on accumulated round-off alone. The basic
-    solution read off at the end gets one step of iterative refinement with the
-    tableau's own B^{-1}. In float32 this solves the friction LCPs of a step on
-    the pivot path float64 takes.
+    the right-hand side, of the entering column and (M0_j = 1) of a row of B^{-1}:
+    an entering entry within its noise is no pivot; a right-hand side within its
+    noise is a degenerate zero; two ratios tie when their intervals ratio +- error
+    overlap, so the ratio test never prefers one row to another on accumulated
+    round-off alone; and the lexicographic rule reads an entry of B^{-1} within its
+    row's noise as zero. The basic solution read off at the end gets one step of
+    iterative refinement with the tableau's own B^{-1}. In float32 this solves the
+    friction LCPs of the four-ball scene on the pivot path float64 takes. The
+    estimate costs one (n, n) x (n, 3) product per pivot.
 
     Returns:
         (z, status, pivots).

@@ -18,6 +18,7 @@ REG_FLOOR = 1e-10  # float64; float32 uses 100 eps (see `_reg_floor`)
 # the float32 floor (1e-5 of |J|^2) the plain solve converges linearly and 10 of 200
 # four-ball steps stalled above tolerance after 30 iterations; with 3 refinements one.
 REFINEMENTS = 3
+QUIET = 1e-3  # residuals below QUIET * tol (not below 1000 eps) are not polished
 
 
 def _reg_floor(dtype):
@@ -52,11 +53,13 @@ def newton_solve(problem, z0, s, *, tol, iterations, line_search_steps, regulari
     and beta directions of the friction LCP (singular J) and still converges fast
     where a local error bound holds, which needs no nonsingularity.
 
-    The loop is a `lax.while_loop`. It makes no step at all when z0 already meets
-    the tolerance or `run` is False. Otherwise it stops one step after the residual
-    first meets the tolerance (that step, kept only if it lowers the residual, takes
-    the quadratic convergence down to round-off), after `iterations` steps, or on a
-    stall (no step length decreases the merit 0.5 |phi|^2). Under
+    The loop is a `lax.while_loop`. It makes no step at all when `run` is False or
+    z0's residual is round-off (below `QUIET` tol, and not below 1000 eps; in float32
+    that is tol itself). Otherwise it stops one step after the residual first meets
+    the tolerance (that polishing step, kept only if it lowers the residual, takes
+    the quadratic convergence down to round-off, so a resting contact does not creep
+    by the tolerance every step), after `iterations` steps, or on a stall (no step
+    length decreases the merit 0.5 |phi|^2). Under
     `vmap` a batch costs what its slowest running lane needs. The line search halves
     the step until the Armijo test passes (one merit evaluation in the common case),
     at most `line_search_steps` times; when none passes, the best decreasing trial is
@@ -122,9 +125,13 @@ def newton_solve(problem, z0, s, *, tol, iterations, line_search_steps, regulari
         _, _, t, best_psi, _ = lax.while_loop(cond, body, (jnp.array(0), one, zero, psi, jnp.array(False)))
         return t, best_psi < psi  # the accepted step is the last and best one tried
 
+    # Below `quiet` a residual is round-off; between it and tol, one more step (the
+    # polish) takes a converging iterate or a good warm start down to round-off.
+    quiet = min(tol, max(QUIET * tol, 1e3 * float(jnp.finfo(z0.dtype).eps)))
+
     def cond(c):
         _, _, _, _, res, k, moving, polished = c
-        return moving & (k < iterations) & ~((res <= tol) & ((k == 0) | polished))
+        return moving & (k < iterations) & ~(res <= quiet) & ~((res <= tol) & polished)
 
     def body(c):
         z, phi, w, psi, res, k, _, _ = c

@@ -143,6 +143,7 @@ class DenseStep(StepSolver):
             residual=residual,
             converged=converged,
             fallback=sol.fallback,
+            iterations=sol.iterations,
             active=active,
             joint_violation=jnp.max(jnp.abs(system.constraint(q_next)), initial=0.0),
             overflow=contacts.overflow,

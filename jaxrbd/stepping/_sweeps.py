@@ -160,7 +160,7 @@ class ContactSweeps(StepSolver):
             color=color_slots(contacts.body_a, contacts.body_b, nb) if model.dynamic else None,
             colors=None if model.dynamic else _colors(model),
         )
-        z, residual, converged, fallback = solve_blocks(blocks, z, self)
+        z, residual, converged, fallback, sweeps = solve_blocks(blocks, z, self)
         v_next = blocks.velocity(z)[:nb].reshape(-1)
         q_next = dynamics.integrate(system, q, v_next, dt)
         impulses = ContactImpulses(
@@ -173,6 +173,7 @@ class ContactSweeps(StepSolver):
             residual=residual,
             converged=converged,
             fallback=fallback,
+            iterations=sweeps,
             active=active,
             joint_violation=jnp.zeros((), dtype),
             overflow=contacts.overflow,
@@ -383,15 +384,16 @@ class SweepAdjoint(Adjoint):
 
 
 def solve_blocks(blocks, z0, solver):
-    """Solve the sparse step problem from z0; returns (z, residual, converged, fallback)."""
+    """Solve the sparse step problem from z0; returns (z, residual, converged, fallback, sweeps)."""
     run = lambda blocks, z0: SweepResult(*_gauss_seidel(blocks, z0, solver))
-    adjoint = SweepAdjoint(_sweep_count(blocks, solver))
+    sweeps = _sweep_count(blocks, solver)
+    adjoint = SweepAdjoint(sweeps)
     raw = implicit_solve(run, blocks, jax.lax.stop_gradient(z0), adjoint=adjoint)
     z = raw.z
     residual = natural_residual(z.reshape(-1), blocks.F(z).reshape(-1))
     tol = solver.tol if solver.tol is not None else default_tol(z.dtype)
     converged = jnp.isfinite(residual) & (residual <= tol)
-    return z, residual, converged, raw.fallback
+    return z, residual, converged, raw.fallback, raw.rounds * sweeps
 
 
 def _colors(model):

@@ -28,6 +28,8 @@ class StepStats(eqx.Module):
         residual: the largest complementarity residual of the step's solves.
         converged: every solve of the step converged.
         fallback: the Lemke fallback ran in the step's main solve.
+        iterations: the work of the step's main solve: Newton iterations (plus Lemke
+            pivots where the fallback ran) of the dense step, sweeps of `ContactSweeps`.
         active: (nc,) the contacts in the step's LCP.
         joint_violation: max |g(q+)| after the step (0 without joints).
         overflow: shape pairs the broad phase left without a contact slot at the
@@ -38,6 +40,7 @@ class StepStats(eqx.Module):
     residual: jax.Array
     converged: jax.Array
     fallback: jax.Array
+    iterations: jax.Array
     active: jax.Array
     joint_violation: jax.Array
     overflow: jax.Array
