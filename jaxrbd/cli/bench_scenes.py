@@ -251,6 +251,37 @@ def _memory(compiled):
         return None
 
 
+_FREE_OPS = ("parameter", "constant", "get-tuple-element", "tuple", "bitcast")
+
+
+def thunk_count(compiled):
+    """The XLA thunks of a compiled rollout's loop bodies and branches: the work of one step, counted statically.
+
+    Every instruction of a computation that runs as a loop body or condition, or
+    as a branch of a conditional, is one thunk of XLA's CPU runtime (a fusion, a
+    LAPACK call, a copy), except the free ones (parameters, constants, tuples).
+    Instructions inside fusions are not thunks and are not counted. The count is
+    static: a branch or loop body counts once, however often it runs.
+    """
+    import re
+
+    text = compiled.as_text()
+    called = set()
+    for key in ("body", "condition", "true_computation", "false_computation"):
+        called.update(re.findall(rf"{key}=%?([\w.\-]+)", text))
+    for group in re.findall(r"branch_computations=\{([^}]*)\}", text):
+        called.update(name.strip().lstrip("%") for name in group.split(","))
+    count, current = 0, None
+    for line in text.splitlines():
+        head = re.match(r"^(?:ENTRY )?%?([\w.\-]+) .*\{$", line)
+        if head and not line.startswith(" "):
+            current = head.group(1)
+        elif current in called and " = " in line:
+            op = re.search(r"= [^ ]+ ([\w\-]+)\(", line)
+            count += op is not None and op.group(1) not in _FREE_OPS
+    return count
+
+
 def _batch_of(x, batch):
     """x repeated with a small shift of the first coordinate per environment (1e-4 m apart)."""
     shift = jnp.zeros((batch,) + x.shape, x.dtype).at[:, 0].set(1e-4 * jnp.arange(batch, dtype=x.dtype))
@@ -265,6 +296,7 @@ def _measure(full, q0, v0, steps, batch_start, batch_steps, batches, repeats):
     compiled, row["compile_s"] = _compile(lambda q, v: rollout(q, v, steps), q0, v0)
     elapsed = median_time(compiled, q0, v0, repeats=repeats)
     row["steps_per_s"] = steps / elapsed
+    row["thunks"] = thunk_count(compiled)
     row["final_q"] = np.asarray(compiled(q0, v0))
     try:
         grad, row["grad_compile_s"] = _compile(jax.grad(lambda q, v: jnp.sum(rollout(q, v, steps))), q0, v0)
@@ -374,7 +406,9 @@ def run(cases=tuple(CASES), dtypes=("float32", "float64"), batches=BATCHES, repe
             row = _measure(full, q0, v0, steps, start, case.batch_steps, sizes, repeats)
             if simulator == "jaxrbd":
                 row["solver"] = solver_name
-                row["worst_residual"] = _worst_residual(case, jdtype, steps)
+                row["worst_residual"], row["iterations"], row["batch_converged"] = _solver_stats(
+                    case, jdtype, steps, start, sizes
+                )
         label, ours, theirs = case.answer
         row["answer"] = (ours if simulator == "jaxrbd" else theirs)(row.pop("final_q"))
         row.update(scene=case.name, simulator=simulator, dtype=dtype, answer_label=label, batch_steps=case.batch_steps)
@@ -383,11 +417,22 @@ def run(cases=tuple(CASES), dtypes=("float32", "float64"), batches=BATCHES, repe
     return rows
 
 
-def _worst_residual(case, dtype, steps):
-    """The largest complementarity residual over the single-environment rollout."""
+def _solver_stats(case, dtype, steps, start, batches):
+    """Over the single-environment rollout: the largest complementarity residual and the mean
+    iterations per step (`StepStats.iterations`); and the fraction of converged lane-steps of
+    each batch (the benchmark's batches, re-run with their statistics)."""
     system, state, solver = _jaxrbd_scene(case, dtype)
-    traj = jax.jit(lambda s, x: simulate(s, x, dt=case.dt, steps=steps, solver=solver))(system, state)
-    return float(traj.stats.residual.max())
+    run = lambda x, n: simulate(system, x, dt=case.dt, steps=n, solver=solver)
+    traj = jax.jit(run, static_argnums=1)(state, steps)
+    batch_q, batch_v = traj.q[start], traj.v[start]
+    converged = {}
+    for batch in batches:
+        n = max(2, case.batch_steps * min(batches) // batch)
+        qs, vs = _batch_of(batch_q, batch), jnp.broadcast_to(batch_v, (batch,) + batch_v.shape)
+        states = State(jnp.zeros((batch,), dtype), qs, vs)
+        many = jax.jit(jax.vmap(lambda x, n=n: run(x, n).stats.converged))(states)
+        converged[batch] = float(np.mean(np.asarray(many)))
+    return float(traj.stats.residual.max()), float(np.mean(np.asarray(traj.stats.iterations))), converged
 
 
 def _cast(tree, dtype):
@@ -441,18 +486,20 @@ def format_rows(rows, batches=BATCHES):
     head = (
         f"{'scene':<17} {'simulator':<12} {'dtype':<8} {'solver':<{width}} {'compile s':>9} {'steps/s':>9} "
         + " ".join(f"{'B=' + str(b):>10}" for b in batches)
-        + f" {'grad/fwd':>8} {'mem MB':>7}  answer"
+        + f" {'grad/fwd':>8} {'mem MB':>7} {'thunks':>6} {'iters':>6}  answer"
     )
     lines = [head, "-" * len(head)]
     for r in rows:
         grad = f"{r['grad_over_forward']:.2f}" if "grad_over_forward" in r else ("n/a" if "grad_error" in r else "-")
         mem = f"{r['memory_bytes'] / 2**20:.1f}" if r.get("memory_bytes") else "-"
         compile_s = f"{r['compile_s']:.1f}" if "compile_s" in r else "-"
+        thunks = str(r["thunks"]) if "thunks" in r else "-"
+        iters = f"{r['iterations']:.2f}" if "iterations" in r else "-"
         cols = " ".join(f"{_rate(r.get('batches', {}).get(b)):>10}" for b in batches)
         lines.append(
             f"{r['scene']:<17} {r['simulator']:<12} {r['dtype']:<8} {r.get('solver', '-'):<{width}} {compile_s:>9} "
             f"{r['steps_per_s']:>9,.0f} "
-            f"{cols} {grad:>8} {mem:>7}  {r['answer']}"
+            f"{cols} {grad:>8} {mem:>7} {thunks:>6} {iters:>6}  {r['answer']}"
         )
     return "\n".join(lines)
 
@@ -502,11 +549,20 @@ def main(
     print(" ".join(f"{k}: {v};" for k, v in info.items()))
     print("float64 is jaxrbd's default (the tests); MJX runs in its usual float32. Batched columns: env-steps/s;")
     print("single: steps/s of one environment in a jitted lax.scan rollout of 1 s; grad/fwd: reverse-mode")
-    print("gradient of that rollout over the rollout; mem: XLA's estimate for the largest batch.")
+    print("gradient of that rollout over the rollout; mem: XLA's estimate for the largest batch; thunks:")
+    print("XLA thunks of the step (static count, `thunk_count`); iters: mean solver iterations per step.")
     print(format_rows(rows, batches))
-    result = {"info": info, "rows": rows, "ratios": ratios(rows, batch=max(batches))}
-    for name, r in result["ratios"].items():
-        print(f"sphere_grid(64) float32: jaxrbd / {name}: " + ", ".join(f"{k} {v:.1f}x" for k, v in r.items()))
+    for r in rows:
+        if r.get("batch_converged"):
+            fractions = ", ".join(f"B={b}: {f:.4f}" for b, f in r["batch_converged"].items())
+            print(f"converged lane-steps, {r['scene']} {r['dtype']}: {fractions}")
+    result = {"info": info, "rows": rows, "ratios": {}}
+    for scene in dict.fromkeys(r["scene"] for r in rows):
+        batch = max(b for b in batches if b <= 512) if scene != "sphere_grid(64)" else max(batches)
+        result["ratios"][scene] = ratios(rows, scene=scene, batch=batch)
+        for name, r in result["ratios"][scene].items():
+            parts = ", ".join(f"{k} {v:.2f}x" for k, v in r.items())
+            print(f"{scene} float32: jaxrbd / {name}: {parts} (batch B={batch})")
     if scale:
         jax.config.update("jax_enable_x64", True)
         result["scaling"] = scaling()

@@ -18,7 +18,7 @@ REG_FLOOR = 1e-10  # float64; float32 uses 100 eps (see `_reg_floor`)
 # the float32 floor (1e-5 of |J|^2) the plain solve converges linearly and 10 of 200
 # four-ball steps stalled above tolerance after 30 iterations; with 3 refinements one.
 REFINEMENTS = 3
-QUIET = 1e-3  # residuals below QUIET * tol (not below 1000 eps) are not polished
+QUIET = 1e-6  # residuals below QUIET * tol (not below 4 eps) are not polished
 
 
 def _reg_floor(dtype):
@@ -54,7 +54,7 @@ def newton_solve(problem, z0, s, *, tol, iterations, line_search_steps, regulari
     where a local error bound holds, which needs no nonsingularity.
 
     The loop is a `lax.while_loop`. It makes no step at all when `run` is False or
-    z0's residual is round-off (below `QUIET` tol, and not below 1000 eps; in float32
+    z0's residual is round-off (below `QUIET` tol, and not below 4 eps; in float32
     that is tol itself). Otherwise it stops one step after the residual first meets
     the tolerance (that polishing step, kept only if it lowers the residual, takes
     the quadratic convergence down to round-off, so a resting contact does not creep
@@ -127,7 +127,7 @@ def newton_solve(problem, z0, s, *, tol, iterations, line_search_steps, regulari
 
     # Below `quiet` a residual is round-off; between it and tol, one more step (the
     # polish) takes a converging iterate or a good warm start down to round-off.
-    quiet = min(tol, max(QUIET * tol, 1e3 * float(jnp.finfo(z0.dtype).eps)))
+    quiet = min(tol, max(QUIET * tol, 4 * float(jnp.finfo(z0.dtype).eps)))
 
     def cond(c):
         _, _, _, _, res, k, moving, polished = c

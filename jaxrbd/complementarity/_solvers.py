@@ -165,7 +165,7 @@ class SemismoothNewton(Solver):
 
         def recover(_):
             restart = newton_solve(problem, cold, s, run=failed, **options)
-            better = restart.residual < jnp.where(jnp.isnan(warm.residual), jnp.inf, warm.residual)
+            better = failed & (restart.residual < jnp.where(jnp.isnan(warm.residual), jnp.inf, warm.residual))
             z = jnp.where(better, restart.z, warm.z)
             still = failed & ~(restart.residual <= tol)
             status = jnp.where(still, Status.MAX_STEPS, Status.SUCCESS)
