@@ -6,7 +6,7 @@ The pipeline, one module (or subpackage) per stage, data flowing one way:
     -> Contacts (one record per step) -> cones -> complementarity -> stepping -> sysid, batch
 """
 
-SERIAL_LAPACK_FLAG = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
+_SERIAL_LAPACK_FLAG = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
 
 
 def _configure_cpu():
@@ -34,11 +34,11 @@ def _configure_cpu():
         if xla_bridge.backends_are_initialized():
             warnings.warn(
                 "jaxrbd: JAX's backend started before `import jaxrbd`; batched dense solves may deadlock on jaxlib "
-                f"0.10.2 CPU. Set XLA_FLAGS={SERIAL_LAPACK_FLAG} before the first JAX computation.",
+                f"0.10.2 CPU. Set XLA_FLAGS={_SERIAL_LAPACK_FLAG} before the first JAX computation.",
                 stacklevel=3,
             )
         else:
-            os.environ["XLA_FLAGS"] = f"{flags} {SERIAL_LAPACK_FLAG}".strip()
+            os.environ["XLA_FLAGS"] = f"{flags} {_SERIAL_LAPACK_FLAG}".strip()
     if "OPENBLAS_NUM_THREADS" not in os.environ:
         import scipy.linalg.cython_lapack  # noqa: F401  (loads the OpenBLAS that jaxlib calls)
         import threadpoolctl

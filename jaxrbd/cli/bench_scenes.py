@@ -282,6 +282,13 @@ def thunk_count(compiled):
     return count
 
 
+def _batch_inputs(q, v, batch_steps, batches, batch):
+    """The benchmark's batch of `batch` environments from (q, v), and its steps: about the same
+    work per batch, so fewer steps for the larger ones (at least 2)."""
+    n = max(2, batch_steps * min(batches) // batch)
+    return _batch_of(q, batch), jnp.broadcast_to(v, (batch,) + v.shape), n
+
+
 def _batch_of(x, batch):
     """x repeated with a small shift of the first coordinate per environment (1e-4 m apart)."""
     shift = jnp.zeros((batch,) + x.shape, x.dtype).at[:, 0].set(1e-4 * jnp.arange(batch, dtype=x.dtype))
@@ -305,10 +312,8 @@ def _measure(full, q0, v0, steps, batch_start, batch_steps, batches, repeats):
         row["grad_error"] = f"{type(err).__name__}: {str(err).splitlines()[0][:80]}"
     row["batches"] = {}
     for batch in batches:
-        # About the same work per batch: fewer steps for the larger ones (at least 2). The call
-        # is compiled ahead of time, so the timed runs need no warm-up.
-        n = max(2, batch_steps * min(batches) // batch)
-        qs, vs = _batch_of(batch_q, batch), jnp.broadcast_to(batch_v, (batch,) + batch_v.shape)
+        # The call is compiled ahead of time, so the timed runs need no warm-up.
+        qs, vs, n = _batch_inputs(batch_q, batch_v, batch_steps, batches, batch)
         many, _ = _compile(jax.vmap(lambda q, v, n=n: rollout(q, v, n)), qs, vs)
         row["batches"][batch] = batch * n / median_time(many, qs, vs, repeats=1, warmup=False)
         row["memory_bytes"] = _memory(many)
@@ -427,8 +432,7 @@ def _solver_stats(case, dtype, steps, start, batches):
     batch_q, batch_v = traj.q[start], traj.v[start]
     converged = {}
     for batch in batches:
-        n = max(2, case.batch_steps * min(batches) // batch)
-        qs, vs = _batch_of(batch_q, batch), jnp.broadcast_to(batch_v, (batch,) + batch_v.shape)
+        qs, vs, n = _batch_inputs(batch_q, batch_v, case.batch_steps, batches, batch)
         states = State(jnp.zeros((batch,), dtype), qs, vs)
         many = jax.jit(jax.vmap(lambda x, n=n: run(x, n).stats.converged))(states)
         converged[batch] = float(np.mean(np.asarray(many)))

@@ -123,7 +123,7 @@ def newton_solve(problem, z0, s, *, tol, iterations, line_search_steps, regulari
 
         one, zero = jnp.ones((), z.dtype), jnp.zeros((), z.dtype)
         _, _, t, best_psi, _ = lax.while_loop(cond, body, (jnp.array(0), one, zero, psi, jnp.array(False)))
-        return t, best_psi < psi  # the accepted step is the last and best one tried
+        return t, best_psi < psi  # the best trial: the accepted one, or the best decreasing one
 
     # Below `quiet` a residual is round-off; between it and tol, one more step (the
     # polish) takes a converging iterate or a good warm start down to round-off.

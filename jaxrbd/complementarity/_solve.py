@@ -7,7 +7,7 @@ import numpy as np
 
 from .._problems import LCP, NCP, natural_residual
 from ._implicit import implicit_solve
-from ._solvers import SemismoothNewton, Solver, default_tol
+from ._solvers import SemismoothNewton, Solver
 from ._status import Status
 
 
@@ -69,7 +69,7 @@ def _finish(problem, raw, solver):
     z = raw.z
     w = problem.F(z)
     residual = natural_residual(z, w, problem.n_free)
-    tol = solver.tol if solver.tol is not None else default_tol(z.dtype)
+    tol = solver.tolerance(z.dtype)
     finite = jnp.isfinite(residual)
     converged = finite & (residual <= tol)
     failed = jnp.where(raw.status == Status.SUCCESS, Status.MAX_STEPS, raw.status)

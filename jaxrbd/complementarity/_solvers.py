@@ -47,6 +47,10 @@ class Solver(eqx.Module):
 
     tol: eqx.AbstractVar[float | None]
 
+    def tolerance(self, dtype):
+        """The natural-residual tolerance: `tol`, or by dtype (`default_tol`)."""
+        return self.tol if self.tol is not None else default_tol(dtype)
+
     @abc.abstractmethod
     def run(self, problem, z0) -> RawSolution:
         """Solve `problem` (an `LCP` or `NCP`) from z0; never differentiated."""
@@ -88,12 +92,11 @@ class Lemke(Solver):
         max_pivots = self.max_pivots or 10 * n
         z, status, pivots = lemke_mixed(s[:, None] * problem.A, s * problem.b, problem.n_free, max_pivots)
         if self.polish_iterations:
-            tol = self.tol if self.tol is not None else default_tol(z.dtype)
             polished = newton_solve(
                 problem,
                 z,
                 s,
-                tol=tol,
+                tol=self.tolerance(z.dtype),
                 iterations=self.polish_iterations,
                 line_search_steps=POLISH_LINE_SEARCH,
                 regularization=POLISH_REGULARIZATION,
@@ -151,7 +154,7 @@ class SemismoothNewton(Solver):
         n = problem.size
         cold = jnp.zeros((n,), z0.dtype)
         s = row_scale(problem.jac(cold))
-        tol = self.tol if self.tol is not None else default_tol(z0.dtype)
+        tol = self.tolerance(z0.dtype)
         options = dict(
             tol=tol,
             iterations=self.iterations,
