@@ -52,6 +52,33 @@ def normalize(q):
     return q / jnp.linalg.norm(q, axis=-1, keepdims=True)
 
 
+def conjugate(q):
+    """The inverse rotation of a unit quaternion (..., 4)."""
+    return q * jnp.array([1.0, -1.0, -1.0, -1.0], q.dtype)
+
+
+def cayley(a):
+    """(..., 4) the unit quaternion of the Cayley rotation cay(a^) = (I - a^/2)^-1 (I + a^/2) of a (..., 3).
+
+    It rotates about a by 2 atan(|a| / 2): the rotation of a step of length h at
+    the angular velocity w is cay(h w), which is what q + h E(q) w, normalised,
+    applies to q (000 §5).
+    """
+    return normalize(jnp.concatenate([jnp.ones_like(a[..., :1]), 0.5 * a], -1))
+
+
+def cayley_vector(q):
+    """(..., 3) the a with cayley(a) = q, for a unit quaternion q (..., 4) of a rotation by less than pi."""
+    return 2.0 * q[..., 1:] / q[..., :1]
+
+
+def skew(a):
+    """(..., 3, 3) the cross-product matrix a^ of (..., 3): a^ x = a x x."""
+    x, y, z = a[..., 0], a[..., 1], a[..., 2]
+    zero = jnp.zeros_like(x)
+    return jnp.stack([jnp.stack([zero, -z, y], -1), jnp.stack([z, zero, -x], -1), jnp.stack([-y, x, zero], -1)], -2)
+
+
 def from_axis_angle(axis, angle):
     """The unit quaternion of a rotation by `angle` about the unit vector `axis`."""
     axis = jnp.asarray(axis)
@@ -61,8 +88,7 @@ def from_axis_angle(axis, angle):
 
 def rotation_angle(a, b):
     """The angle in [0, pi] of the rotation from unit quaternion a to b (sign-invariant)."""
-    conj = b * jnp.array([1.0, -1.0, -1.0, -1.0], b.dtype)
-    d = multiply(a, conj)
+    d = multiply(a, conjugate(b))
     return 2 * jnp.arctan2(jnp.linalg.norm(d[..., 1:], axis=-1), jnp.abs(d[..., 0]))
 
 

@@ -2,11 +2,16 @@
 
 A step of every scheme is
 
-    M (v+ - v) = impulses + h F(t, q, v),     q+ = normalize(q + h G(q) v+),
+    M (v+ - v_free) = impulses,     q+ = normalize(q0 + h G(q0) v+),
 
-with F = k(q, v) - G^T grad V(q) + F_ext(t, q, v) (000 eq. (2), (36)). This module
-computes the free velocity v + h M^{-1} F (dense, or per body for the sparse solver),
-the integration and the projection onto the joints, once for all solvers.
+with the free motion (v_free, q0) of the step without contact. Without
+`system.free_flight` it is v_free = v + h M(q)^-1 F and q0 = q, with
+F = k(q, v) - G^T grad V(q) + F_ext(t, q, v) (000 eq. (2), (36)): the
+semi-implicit Euler step. Rigid bodies integrate the Coriolis (gyroscopic) force
+implicitly instead: `BodyModel.free_flight` gives v_free and q0, and M is taken at
+q0 (see there). This module computes the free motion (dense, or per body for the
+sparse solver), the integration and the projection onto the joints, once for all
+solvers.
 """
 
 import equinox as eqx
@@ -20,44 +25,63 @@ class FreeMotion(eqx.Module):
     """The step's motion without contact impulses.
 
     Attributes:
-        M: (nv, nv) the mass matrix at q.
-        F: (nv,) the generalized force k - G^T grad V + F_ext at (t, q, v).
-        v_free: (nv,) v + h M^{-1} F, the velocity at the end of the step without contact.
+        M: (nv, nv) the mass matrix of the step's problem, at q0.
+        v_free: (nv,) the velocity at the end of the step without contact.
+        q0: (nq,) the configuration q+ is integrated from (q, unless the system has
+            a `free_flight`).
+        shift: (nv,) the displacement from q to q0 in velocity coordinates, or None
+            when q0 = q. The position-level rows linearize the gap at q+ as
+            f(q) + J_n (shift + h v+).
     """
 
     M: jax.Array
-    F: jax.Array
     v_free: jax.Array
+    q0: jax.Array
+    shift: jax.Array | None
 
 
 def free_motion(system, t, q, v, h, *, M=None):
-    """The dense `FreeMotion` of the step from (t, q, v); M: the mass matrix when already formed."""
-    M = system.M(q) if M is None else M
-    F = system.generalized_force(t, q, v)
-    return FreeMotion(M, F, v + h * jnp.linalg.solve(M, F))
+    """The dense `FreeMotion` of the step from (t, q, v).
+
+    M: the mass matrix at q when already formed (systems without `free_flight`).
+    """
+    if system.free_flight is None:
+        M = system.M(q) if M is None else M
+        F = system.generalized_force(t, q, v)
+        return FreeMotion(M, v + h * jnp.linalg.solve(M, F), q, None)
+    v_free, q0, shift = _free_flight(system, t, q, v, h)
+    return FreeMotion(system.M(q0), v_free, q0, shift)
+
+
+def _free_flight(system, t, q, v, h):
+    p = h * system.generalized_force(t, q, v, coriolis=False)
+    return system.free_flight(q, v, p, h, system.params)
 
 
 class BodyMotion(eqx.Module):
     """The free motion per body, for the sparse solver of 3D body scenes.
 
     Attributes:
-        Minv: (nb + 1, 6, 6) inverse mass blocks; the last (the world) is zero.
+        Minv: (nb + 1, 6, 6) inverse mass blocks at q0; the last (the world) is zero.
         v_free: (nb + 1, 6) free velocities; the world's is zero.
+        q0: (nq,) the configuration q+ is integrated from.
+        shift: (nb + 1, 6) the displacement from q to q0 per body; the world's is zero.
     """
 
     Minv: jax.Array
     v_free: jax.Array
+    q0: jax.Array
+    shift: jax.Array
 
 
 def free_body_motion(system, t, q, v, h):
-    """The `BodyMotion` of a 3D body scene: the same F as `free_motion`, with M inverted per body."""
+    """The `BodyMotion` of a 3D body scene: the same free motion as `free_motion`, per body."""
     model = system.bodies
     nb, dtype = model.nbodies, q.dtype
-    Minv = model.inverse_mass_blocks(q, system.params)
-    F = system.generalized_force(t, q, v).reshape(nb, 6)
-    v_free = v.reshape(nb, 6) + h * jnp.einsum("bij,bj->bi", Minv, F)
+    v_free, q0, shift = _free_flight(system, t, q, v, h)
     pad = lambda x: jnp.concatenate([x, jnp.zeros((1,) + x.shape[1:], dtype)])
-    return BodyMotion(pad(Minv), pad(v_free))
+    Minv = model.inverse_mass_blocks(q0, system.params)
+    return BodyMotion(pad(Minv), pad(v_free.reshape(nb, 6)), q0, pad(shift.reshape(nb, 6)))
 
 
 def integrate(system, q, v, h):

@@ -58,6 +58,13 @@ class System(eqx.Module):
         coriolis_force: ``(q, v, params) -> (nv,)`` the Coriolis/centrifugal force in
             closed form (rigid bodies: the gyroscopic term); None derives it from M
             and G by autodiff (`coriolis`).
+        free_flight: ``(q, v, p, h, params) -> (v_free, q0, shift)``: the motion
+            over a step of length h after the impulse p = h F of every force but the
+            Coriolis one, which it integrates implicitly (rigid bodies: the
+            energy-momentum rotation, `BodyModel.free_flight`). The step then
+            integrates q+ = normalize(q0 + h G(q0) v+) with M(q0), and shift (nv,)
+            is the displacement from q to q0 in velocity coordinates. None: the
+            Coriolis force is explicit, v_free = v + h M(q)^-1 F, q0 = q.
         normalize: ``q -> q`` applied after every step (rigid bodies: unit
             quaternions, 000 §5); None leaves q as the step makes it.
         contact_active: ``(q, params) -> (nc,) bool`` candidate contacts to keep in
@@ -93,6 +100,7 @@ class System(eqx.Module):
     velocity_map: Callable | None = eqx.field(static=True, default=None)
     directions: int = eqx.field(static=True, default=2)
     coriolis_force: Callable | None = eqx.field(static=True, default=None)
+    free_flight: Callable | None = eqx.field(static=True, default=None)
     normalize: Callable | None = eqx.field(static=True, default=None)
     contact_active: Callable | None = eqx.field(static=True, default=None)
     restitution: jax.Array | None = None
@@ -171,14 +179,15 @@ class System(eqx.Module):
             k = k + C.T @ (self.M(q) @ v)
         return k
 
-    def generalized_force(self, t, q, v):
-        """k(q, v) - G^T grad V(q) + F_ext(t, q, v): everything but the contact forces."""
+    def generalized_force(self, t, q, v, *, coriolis=True):
+        """k(q, v) - G^T grad V(q) + F_ext(t, q, v): everything but the contact forces (without k: coriolis=False)."""
         grad_v = jax.grad(lambda q_: self.potential(q_, self.params))(q)
         if self.velocity_map is None:
             gravity = self.G(q).T @ grad_v
         else:  # G^T y as the transpose of the linear map v -> G(q) v
             gravity = jax.linear_transpose(lambda u: self.qdot(q, u), v)(grad_v)[0]
-        return self.coriolis(q, v) - gravity + self.external_force(t, q, v, self.params)
+        F = self.external_force(t, q, v, self.params) - gravity
+        return F + self.coriolis(q, v) if coriolis else F
 
     def project_q(self, q):
         """q mapped back to the configuration manifold (unit quaternions); identity by default."""

@@ -3,9 +3,9 @@
 Each step solves the complementarity problem built from the contact record at the
 current configuration:
 
-    M (v+ - v) = N c_n + T^T c_f + h F(t, q, v),     q+ = q + h G(q) v+,
+    M (v+ - v_free) = N c_n + T^T c_f,     q+ = normalize(q0 + h G(q0) v+),
 
-with the normal rows of the scheme (003 eq. (13)-(20), 000 eq. (7), (14)) and the
+with the free motion (v_free, q0) of `jaxrbd.dynamics` and the normal rows of the scheme (003 eq. (13)-(20), 000 eq. (7), (14)) and the
 rows of the friction cone (`jaxrbd.cones`): the friction LCP of 004 §3.2 for a
 polyhedral cone (c_f = D beta), a mixed NCP for the smooth cones. c_n and c_f are
 impulses (h times the paper's forces).
@@ -23,16 +23,21 @@ from ._solver import StepSolver
 from ._types import ContactImpulses, StepStats
 
 
-def _solve_at(system, cone, solver, contacts, motion, J, q, qhat, dt, *, active, position_level, z0, smoothing, impact):
-    """Build and solve the step's problem with the geometry (record, M, F, joint rows) at qhat.
+def _solve_at(
+    system, cone, solver, contacts, motion, J, q0, qhat, dt, *, active, position_level, z0, smoothing, impact
+):
+    """Build and solve the step's problem with the geometry (record, joint rows) at qhat (None: at q).
 
-    The position-level rows carry f(qhat) + grad f(qhat) (q - qhat), the
-    linearization of 003 §3.4 (qhat = q: f(q)); `impact` (an `Impact`) gives the
-    Newton rows of the colliding contacts.
+    The position-level rows carry the gap at q0, the configuration the step
+    integrates from: at q, f(q) + J_n shift (`FreeMotion.shift`); at an estimate
+    qhat of q+, the linearization f(qhat) + grad f(qhat) (q0 - qhat) of 003 §3.4.
+    `impact` (an `Impact`) gives the Newton rows of the colliding contacts.
     """
     f = contacts.gap
-    if qhat is not q:  # grad f (q - qhat) = J_n G^+ (q - qhat): the displacement in velocity coordinates
-        f = f + contacts.J_n @ jnp.linalg.lstsq(system.G(qhat), q - qhat)[0]
+    if qhat is not None:  # grad f (q0 - qhat) = J_n G^+ (q0 - qhat): the displacement in velocity coordinates
+        f = f + contacts.J_n @ jnp.linalg.lstsq(system.G(qhat), q0 - qhat)[0]
+    elif motion.shift is not None:
+        f = f + contacts.J_n @ motion.shift
     bn = f / dt if position_level else jnp.zeros_like(f)
     if impact is not None and impact.colliding is not None:
         newton = impact.offset + jnp.minimum(f, 0.0) / dt if position_level else impact.offset
@@ -108,17 +113,19 @@ class DenseStep(StepSolver):
                 motion = dynamics.free_motion(system, t, q, v, dt, M=motion.M)
         active = step_active(system, contacts, q, v, dt, scheme.delta)
         options = dict(active=active, position_level=scheme.position_level, smoothing=grad_smoothing, impact=impact)
-        prob, sol, v_next = _solve_at(system, cone, solver, contacts, motion, J, q, q, dt, z0=z, **options)
-        q_next = dynamics.integrate(system, q, v_next, dt)
+        q0 = motion.q0
+        prob, sol, v_next = _solve_at(system, cone, solver, contacts, motion, J, q0, None, dt, z0=z, **options)
+        q_next = dynamics.integrate(system, q0, v_next, dt)
         for _ in range(scheme.fixed_point_iterations):
             qhat = q_next
             contacts_hat = system.contacts(qhat)
-            motion_hat = dynamics.free_motion(system, t, qhat, v, dt)
+            if system.free_flight is None:  # M and F at qhat too (003 §3.4)
+                motion = dynamics.free_motion(system, t, qhat, v, dt)
             J_hat = system.constraint_jacobian(qhat)
             prob, sol, v_next = _solve_at(
-                system, cone, solver, contacts_hat, motion_hat, J_hat, q, qhat, dt, z0=sol.z, **options
+                system, cone, solver, contacts_hat, motion, J_hat, q0, qhat, dt, z0=sol.z, **options
             )
-            q_next = dynamics.integrate(system, q, v_next, dt)
+            q_next = dynamics.integrate(system, q0, v_next, dt)
         residual, converged = sol.residual, sol.converged
         if scheme.projects:
             q_next, projection = _project(system, system.contacts(q_next), q_next, active, solver)

@@ -143,7 +143,8 @@ class PoissonRestitution(ImpactLaw):
     def resolve(self, system, contacts, motion, J, state, *, dt, scheme, solver, cone):
         v = state.v
         _, touching, _ = colliding_contacts(contacts, motion, v, dt, self.window(scheme))
-        comp = step_problem(cone, contacts, motion.M, J, v, active=touching)
+        M = system.M(state.q)  # the impact happens at q (the step's problem is at motion.q0)
+        comp = step_problem(cone, contacts, M, J, v, active=touching)
         sol_c = solve(comp.problem, solver=solver)
         v_c = comp.velocity(sol_c.z)
         c_n, c_f = comp.normal(sol_c.z), comp.friction(sol_c.z)
@@ -151,7 +152,7 @@ class PoissonRestitution(ImpactLaw):
         e_t = (e if self.tangential is None else jnp.broadcast_to(self.tangential, e.shape))[:, None]
         I_r = comp.N @ (e * c_n) + jnp.einsum("cdv,cd->v", comp.T, e_t * c_f)
         decompress = touching & (not self.expedient)
-        decomp = step_problem(cone, contacts, motion.M, J, v_c + jnp.linalg.solve(motion.M, I_r), active=decompress)
+        decomp = step_problem(cone, contacts, M, J, v_c + jnp.linalg.solve(M, I_r), active=decompress)
         sol_d = solve(decomp.problem, solver=solver)
         return Impact(
             v=decomp.velocity(sol_d.z),

@@ -139,7 +139,9 @@ class ContactSweeps(StepSolver):
         contacts = system.contacts(q)
         motion = dynamics.free_body_motion(system, t, q, v, dt)
         active = step_active(system, contacts, q, v, dt, scheme.delta)
-        gap = contacts.gap
+        a, b = contacts.body_a, contacts.body_b
+        n_a, n_b = contacts.blocks[:, 0, 0], contacts.blocks[:, 1, 0]  # (nc, 6): the normal row on bodies a and b
+        gap = contacts.gap + jnp.sum(n_a * motion.shift[a] + n_b * motion.shift[b], -1)  # at q0 (`FreeMotion.shift`)
         bn = gap / dt if scheme.position_level else jnp.zeros_like(gap)
         mu = contacts.mu.astype(dtype)
         K, L = cone.contact_maps(mu, active.astype(dtype))
@@ -155,14 +157,14 @@ class ContactSweeps(StepSolver):
             active=jax.lax.stop_gradient(active.astype(dtype)),
             mu=mu,
             S=S if cone.regular else None,
-            a=contacts.body_a,
-            b=contacts.body_b,
+            a=a,
+            b=b,
             color=color_slots(contacts.body_a, contacts.body_b, nb) if model.dynamic else None,
             colors=None if model.dynamic else _colors(model),
         )
         z, residual, converged, fallback, sweeps = solve_blocks(blocks, z, self)
         v_next = blocks.velocity(z)[:nb].reshape(-1)
-        q_next = dynamics.integrate(system, q, v_next, dt)
+        q_next = dynamics.integrate(system, motion.q0, v_next, dt)
         impulses = ContactImpulses(
             normal=z[:, 0],
             friction=jnp.einsum("ck,ckd->cd", z[:, 1:-1], S),

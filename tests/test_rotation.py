@@ -1,0 +1,122 @@
+"""Free rotation: the energy-momentum step of rigid bodies against the invariants and the exact solution.
+
+A torque-free body keeps its world angular momentum and its kinetic energy, and
+the body-frame angular velocity of a box spun near its intermediate axis is a
+Jacobi elliptic function whose half period (the time between two flips) is
+2 K(k) / lambda (Landau & Lifshitz, Mechanics §37).
+"""
+
+import functools
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.special
+
+import jaxrbd as rbd
+from jaxrbd import _rotation as rot
+
+BOX = rbd.Box((0.1, 0.05, 0.025))  # the 0.2 x 0.1 x 0.05 box: distinct principal moments
+CAPSULE = rbd.Capsule(0.05, 0.1)  # radius 0.05, length 0.2
+
+
+def free_body(shape, w0, *, mass=1.0):
+    """One body in free flight: no gravity, a floor far below whose contacts the margin masks out."""
+    builder = rbd.SceneBuilder(gravity=(0.0, 0.0, 0.0), margin=1.0)
+    builder.add_static("floor", rbd.Plane((0.0, 0.0, 1.0), -100.0))
+    builder.add_body("body", shape, mass=mass, position=(0.0, 0.0, 1.0), angular_velocity=w0)
+    return builder.build()
+
+
+@functools.partial(jax.jit, static_argnames=("dt", "steps"))
+def _rollout(system, state, *, dt, steps):
+    return rbd.simulate(system, state, dt=dt, steps=steps)
+
+
+def invariants(scene, traj):
+    """(energy (T,), world angular momentum (T, 3)) along the trajectory."""
+    energy = jax.vmap(scene.system.energy)(traj.q, traj.v)
+    R = rot.to_matrix(traj.q[:, 3:7])
+    inertia = R @ scene.system.params.inertia[0] @ jnp.swapaxes(R, -1, -2)
+    return np.asarray(energy), np.asarray(jnp.einsum("tij,tj->ti", inertia, traj.v[:, 3:6]))
+
+
+def body_rates(traj):
+    """(T, 3) the angular velocity in the body frame."""
+    R = rot.to_matrix(traj.q[:, 3:7])
+    return np.asarray(jnp.einsum("tji,tj->ti", R, traj.v[:, 3:6]))
+
+
+def flip_half_period(inertia, w):
+    """2 K(k) / lambda: the time between two sign changes of the intermediate-axis rate (I1 < I2 < I3)."""
+    I1, I2, I3 = inertia
+    L2, E2 = np.sum((inertia * w) ** 2), np.sum(inertia * w * w)
+    if L2 > E2 * I2:
+        lam = np.sqrt((I3 - I2) * (L2 - E2 * I1) / (I1 * I2 * I3))
+        k2 = (I2 - I1) * (E2 * I3 - L2) / ((I3 - I2) * (L2 - E2 * I1))
+    else:
+        lam = np.sqrt((I2 - I1) * (E2 * I3 - L2) / (I1 * I2 * I3))
+        k2 = (I3 - I2) * (L2 - E2 * I1) / ((I2 - I1) * (E2 * I3 - L2))
+    return 2.0 * scipy.special.ellipk(k2) / lam
+
+
+@pytest.mark.parametrize(
+    "shape, w0",
+    [(BOX, (0.1, 10.0, 0.1)), (BOX, (3.0, -5.0, 8.0)), (CAPSULE, (3.0, -5.0, 8.0)), (CAPSULE, (0.1, 10.0, 0.1))],
+)
+def test_torque_free_body_keeps_energy_and_world_momentum(shape, w0):
+    """10 s at h = 0.01: no step gains energy (1e-12 relative), |L_world| and L_world are kept to round-off."""
+    scene = free_body(shape, w0)
+    traj = _rollout(scene.system, scene.state, dt=0.01, steps=1000)
+    energy, L = invariants(scene, traj)
+    assert np.all(np.asarray(traj.stats.converged))
+    assert np.max(np.diff(energy)) <= 1e-12 * energy[0]
+    assert abs(energy[-1] - energy[0]) <= 1e-12 * energy[0]
+    assert np.max(np.linalg.norm(L - L[0], axis=1)) <= 1e-10 * np.linalg.norm(L[0])
+    assert np.max(np.abs(np.linalg.norm(traj.q[:, 3:7], axis=1) - 1.0)) <= 1e-12
+
+
+def test_intermediate_axis_flip_period_matches_the_elliptic_integral():
+    """The Dzhanibekov flip of the box at h = 0.001: every half period within 1e-4 of 2 K(k) / lambda."""
+    w0 = np.array([0.3, 10.0, 0.0])
+    scene = free_body(BOX, tuple(w0))
+    traj = _rollout(scene.system, scene.state, dt=0.001, steps=10_000)
+    rate = body_rates(traj)[:, 1]  # the intermediate axis (y)
+    t = np.asarray(traj.t)
+    i = np.nonzero(rate[:-1] * rate[1:] < 0)[0]
+    flips = t[i] + (t[i + 1] - t[i]) * rate[i] / (rate[i] - rate[i + 1])
+    exact = flip_half_period(np.diag(np.asarray(scene.system.params.inertia[0])), w0)
+    assert len(flips) >= 6  # 10 s hold six flips (exact half period 1.566 s)
+    np.testing.assert_allclose(np.diff(flips), exact, rtol=1e-4)
+
+
+def test_spin_about_a_principal_axis_is_steady():
+    """A spin about a principal axis is a relative equilibrium: w stays (0, 0, 7) exactly, for any h."""
+    scene = free_body(BOX, (0.0, 0.0, 7.0))
+    traj = _rollout(scene.system, scene.state, dt=0.05, steps=200)
+    np.testing.assert_allclose(np.asarray(traj.v[:, 3:6]), np.broadcast_to([0.0, 0.0, 7.0], (201, 3)), atol=1e-12)
+    angle = jnp.arctan2(traj.q[-1, 6], traj.q[-1, 3]) * 2.0  # about z: the Cayley angle 2 atan(h w / 2) per step
+    np.testing.assert_allclose(np.mod(angle, 2 * np.pi), np.mod(200 * 2 * np.arctan(0.05 * 7.0 / 2), 2 * np.pi))
+
+
+def _final_orientation(w0, inertia):
+    scene = free_body(BOX, (0.0, 0.0, 0.0))
+    system = eqx.tree_at(lambda s: s.params.inertia, scene.system, inertia[None])
+    state = rbd.State(scene.state.t, scene.state.q, scene.state.v.at[3:6].set(w0))
+    return rbd.simulate(system, state, dt=0.01, steps=50).q[-1, 3:7]
+
+
+def test_rotation_gradients_match_central_differences():
+    """d(final quaternion)/d(w0, inertia) through 50 energy-momentum steps against central differences (float64)."""
+    w0 = jnp.array([0.3, 4.0, 1.0])
+    inertia = jnp.diag(jnp.array([0.2, 0.5, 0.7]))
+    f = jax.jit(lambda w0, inertia: _final_orientation(w0, inertia) @ jnp.array([0.3, -0.2, 0.5, 0.7]))
+    g_w, g_I = jax.grad(f, argnums=(0, 1))(w0, inertia)
+    eps = 1e-6
+    fd_w = [(f(w0.at[i].add(eps), inertia) - f(w0.at[i].add(-eps), inertia)) / (2 * eps) for i in range(3)]
+    fd_I = [(f(w0, inertia.at[i, i].add(eps)) - f(w0, inertia.at[i, i].add(-eps))) / (2 * eps) for i in range(3)]
+    np.testing.assert_allclose(np.asarray(g_w), np.asarray(fd_w), rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(np.diag(np.asarray(g_I)), np.asarray(fd_I), rtol=1e-6, atol=1e-9)
+    assert np.all(np.isfinite(np.asarray(jax.grad(f, argnums=(0, 1))(jnp.zeros(3), inertia)[0])))
