@@ -32,12 +32,14 @@ class FreeMotion(eqx.Module):
         shift: (nv,) the displacement from q to q0 in velocity coordinates, or None
             when q0 = q. The position-level rows linearize the gap at q+ as
             f(q) + J_n (shift + h v+).
+        solved: () whether the implicit part (`system.free_flight`) was solved.
     """
 
     M: jax.Array
     v_free: jax.Array
     q0: jax.Array
     shift: jax.Array | None
+    solved: jax.Array
 
 
 def free_motion(system, t, q, v, h, *, M=None):
@@ -48,9 +50,9 @@ def free_motion(system, t, q, v, h, *, M=None):
     if system.free_flight is None:
         M = system.M(q) if M is None else M
         F = system.generalized_force(t, q, v)
-        return FreeMotion(M, v + h * jnp.linalg.solve(M, F), q, None)
-    v_free, q0, shift = _free_flight(system, t, q, v, h)
-    return FreeMotion(system.M(q0), v_free, q0, shift)
+        return FreeMotion(M, v + h * jnp.linalg.solve(M, F), q, None, jnp.array(True))
+    v_free, q0, shift, solved = _free_flight(system, t, q, v, h)
+    return FreeMotion(system.M(q0), v_free, q0, shift, solved)
 
 
 def _free_flight(system, t, q, v, h):
@@ -66,22 +68,24 @@ class BodyMotion(eqx.Module):
         v_free: (nb + 1, 6) free velocities; the world's is zero.
         q0: (nq,) the configuration q+ is integrated from.
         shift: (nb + 1, 6) the displacement from q to q0 per body; the world's is zero.
+        solved: () whether every body's rotation was solved.
     """
 
     Minv: jax.Array
     v_free: jax.Array
     q0: jax.Array
     shift: jax.Array
+    solved: jax.Array
 
 
 def free_body_motion(system, t, q, v, h):
     """The `BodyMotion` of a 3D body scene: the same free motion as `free_motion`, per body."""
     model = system.bodies
     nb, dtype = model.nbodies, q.dtype
-    v_free, q0, shift = _free_flight(system, t, q, v, h)
+    v_free, q0, shift, solved = _free_flight(system, t, q, v, h)
     pad = lambda x: jnp.concatenate([x, jnp.zeros((1,) + x.shape[1:], dtype)])
     Minv = model.inverse_mass_blocks(q0, system.params)
-    return BodyMotion(pad(Minv), pad(v_free.reshape(nb, 6)), q0, pad(shift.reshape(nb, 6)))
+    return BodyMotion(pad(Minv), pad(v_free.reshape(nb, 6)), q0, pad(shift.reshape(nb, 6)), solved)
 
 
 def integrate(system, q, v, h):

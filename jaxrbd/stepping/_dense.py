@@ -126,7 +126,7 @@ class DenseStep(StepSolver):
                 system, cone, solver, contacts_hat, motion, J_hat, q0, qhat, dt, z0=sol.z, **options
             )
             q_next = dynamics.integrate(system, q0, v_next, dt)
-        residual, converged = sol.residual, sol.converged
+        residual, converged = sol.residual, sol.converged & motion.solved
         if scheme.projects:
             q_next, projection = _project(system, system.contacts(q_next), q_next, active, solver)
             residual = jnp.maximum(residual, projection.residual)

@@ -173,7 +173,7 @@ class ContactSweeps(StepSolver):
         )
         stats = StepStats(
             residual=residual,
-            converged=converged,
+            converged=converged & motion.solved,
             fallback=fallback,
             iterations=sweeps,
             active=active,
