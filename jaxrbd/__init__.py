@@ -95,6 +95,7 @@ from .stepping import NewtonRestitution as NewtonRestitution
 from .stepping import Poisson as Poisson
 from .stepping import PoissonRestitution as PoissonRestitution
 from .stepping import StepStats as StepStats
+from .stepping import StepStatus as StepStatus
 from .stepping import StewartTrinkle as StewartTrinkle
 from .stepping import Trajectory as Trajectory
 from .stepping import choose_solver as choose_solver

@@ -8,6 +8,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ._validate import check_value
+
 
 class LCP(eqx.Module):
     """The mixed linear complementarity problem.
@@ -164,6 +166,9 @@ def friction_lcp(M, N, D, mu, counts, b, *, bn=None, row_active=None, J=None, bj
         raise ValueError(f"sum(counts) = {sum(counts)} must equal the {nd} columns of D")
     if M.shape[-2:] != (N.shape[-2], N.shape[-2]) or D.shape[-2] != N.shape[-2] or b.shape[-1] != N.shape[-2]:
         raise ValueError(f"inconsistent shapes: M {M.shape}, N {N.shape}, D {D.shape}, b {b.shape}")
+    check_value("mu", mu, shape=((), (nc,)), nonnegative=True)
+    for name, x in (("M", M), ("N", N), ("D", D), ("b", b), ("bn", bn), ("J", J), ("bj", bj)):
+        check_value(name, x)
     dtype = jnp.result_type(M, N, D, b)
     J = jnp.zeros((N.shape[-2], 0), dtype) if J is None else J
     ng = J.shape[-1]

@@ -10,19 +10,80 @@ def is_traced(*values):
     return any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(values))
 
 
-def check_value(name, value, *, positive=False, nonnegative=False, unit_interval=False):
-    """ValueError naming the argument when a concrete value is out of range (traced values pass)."""
-    if value is None or is_traced(value):
+def _shape_text(shape):
+    return "a scalar" if shape == () else f"of shape {shape}"
+
+
+def check_shape(name, value, shape):
+    """ValueError naming the argument unless it has the shape, or one of the shapes, given.
+
+    Shapes are known under tracing, so this check runs for traced values too.
+
+    Args:
+        shape: a shape such as (3,), or a tuple of accepted shapes such as ((), (3,)).
+    """
+    accepted = shape if shape and isinstance(shape[0], tuple) else (shape,)
+    try:
+        got = tuple(np.shape(value))
+    except jax.errors.TracerArrayConversionError:  # a list that holds tracers
+        got = jnp.shape(jnp.asarray(value))
+    if got not in accepted:
+        raise ValueError(f"{name} must be {' or '.join(map(_shape_text, accepted))}, got shape {got}")
+
+
+def check_value(
+    name, value, *, shape=None, positive=False, nonnegative=False, unit_interval=False, nonzero=False, finite=True
+):
+    """ValueError naming the argument when a value is out of range (traced values: the shape alone).
+
+    Args:
+        name: the argument as the user knows it (`"plane normal"`, `"mass of body 'ball'"`).
+        value: a number or array; None passes.
+        shape: the accepted shape or shapes (`check_shape`).
+        positive, nonnegative, unit_interval: every entry > 0, >= 0, in [0, 1].
+        nonzero: a vector whose squared norm is > 0 (a direction or a quaternion
+            that can be normalized).
+        finite: reject inf too (NaN is always rejected).
+    """
+    if value is None:
         return
-    x = np.asarray(value, dtype=float)
-    if not np.all(np.isfinite(x)):
-        raise ValueError(f"{name} must be finite, got {value!r}")
+    if shape is not None:
+        check_shape(name, value, shape)
+    if is_traced(value):
+        return
+    try:
+        x = np.asarray(value, dtype=float)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a number or an array of numbers, got {value!r}") from None
+    if np.any(np.isnan(x)) or (finite and not np.all(np.isfinite(x))):
+        raise ValueError(f"{name} must be {'finite' if finite else 'a number, not NaN'}, got {value!r}")
     if positive and not np.all(x > 0):
         raise ValueError(f"{name} must be > 0, got {value!r}")
     if nonnegative and not np.all(x >= 0):
         raise ValueError(f"{name} must be >= 0, got {value!r}")
     if unit_interval and not np.all((x >= 0) & (x <= 1)):
         raise ValueError(f"{name} must be in [0, 1], got {value!r}")
+    if nonzero and not np.sum(x * x) > 0:
+        raise ValueError(f"{name} must be a nonzero vector, got {value!r}")
+
+
+def check_inertia(name, inertia):
+    """ValueError naming the argument unless the (3, 3) inertia is finite, symmetric, positive definite
+    and satisfies the triangle inequality I1 + I2 >= I3 on its principal moments (traced values pass)."""
+    check_value(name, inertia, shape=(3, 3))
+    if is_traced(inertia):
+        return
+    I = np.asarray(inertia, float)
+    if not np.allclose(I, I.T, rtol=0, atol=1e-12 * max(np.max(np.abs(I)), 1e-300)):
+        raise ValueError(f"{name} must be a symmetric matrix, got {I.tolist()}")
+    moments = np.linalg.eigvalsh(I)
+    if not moments[0] > 0:
+        raise ValueError(f"{name} must be positive definite, principal moments {moments.tolist()}")
+    if moments[0] + moments[1] < moments[2] * (1 - 1e-9):
+        raise ValueError(
+            f"{name} violates the triangle inequality I1 + I2 >= I3 on its principal "
+            f"moments {moments.tolist()}: no rigid body has it"
+        )
 
 
 def as_float(x):

@@ -33,6 +33,8 @@ def sweep(fn, params, *, chunk_size=None, devices=None):
     Returns:
         The pytree of `fn`'s outputs, each with the leading batch axis B.
     """
+    if not callable(fn):
+        raise TypeError(f"fn must be a function of one parameter set, got {fn!r}")
     leaves = jax.tree_util.tree_leaves(params)
     if not leaves:
         raise ValueError("params must hold at least one array with a leading batch axis")
@@ -40,11 +42,17 @@ def sweep(fn, params, *, chunk_size=None, devices=None):
     if None in sizes or len(sizes) != 1:
         raise ValueError(f"every leaf of params needs the same leading batch axis, got sizes {sizes}")
     (batch,) = sizes
+    if batch == 0:
+        raise ValueError("params has an empty batch (leading axis of size 0): the batch must have at least one element")
+    if chunk_size is not None and (not isinstance(chunk_size, (int, np.integer)) or isinstance(chunk_size, bool)):
+        raise TypeError(f"chunk_size must be None or an integer >= 1, got {chunk_size!r}")
+    if chunk_size is not None and chunk_size < 1:
+        raise ValueError(f"chunk_size must be None or an integer >= 1, got {chunk_size!r}")
     devices = list(jax.devices() if devices is None else devices)
+    if not devices:
+        raise ValueError("devices must name at least one device")
     ndev = len(devices)
     chunk = batch if chunk_size is None else int(chunk_size)
-    if chunk < 1:
-        raise ValueError(f"chunk_size must be >= 1, got {chunk_size!r}")
     chunk = ndev * math.ceil(min(chunk, batch) / ndev)
     nchunks = math.ceil(batch / chunk)
     padded = nchunks * chunk

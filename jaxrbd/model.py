@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from ._contacts import Contacts, from_gaps
-from ._validate import check_value
+from ._validate import check_inertia, check_value, is_traced
 
 
 class State(eqx.Module):
@@ -254,12 +254,22 @@ class Scene(eqx.Module):
 
 
 def check_system(system, state):
-    """ValueError naming the function whose output shape does not fit the state."""
+    """ValueError naming the function whose output shape does not fit the state, or the out-of-range value.
+
+    Concrete values are checked on the host: a finite state (nonzero quaternions in
+    a scene of spatial bodies), mu >= 0, restitution in [0, 1] and, in a scene of
+    rigid bodies, positive masses and positive definite inertias.
+    """
     if not isinstance(system, System):
         raise TypeError(f"system must be a jaxrbd.System, got {type(system).__name__}")
+    if not isinstance(state, State):
+        raise TypeError(f"state must be a jaxrbd.State, got {type(state).__name__}")
     q, v = jnp.asarray(state.q), jnp.asarray(state.v)
     if q.ndim != 1 or v.ndim != 1:
         raise ValueError(f"state.q and state.v must be vectors, got shapes {q.shape} and {v.shape}")
+    check_value("state.t", state.t, shape=())
+    check_value("state.q", q)
+    check_value("state.v", v)
     nc = system.mu.shape[-1]
     if system.collide is not None:
         nc = system.ncontacts(q)
@@ -288,8 +298,21 @@ def check_system(system, state):
         if e not in ((), system.mu.shape):
             raise ValueError(f"system.restitution has shape {e}, expected {system.mu.shape} (that of system.mu)")
         check_value("system.restitution", system.restitution, unit_interval=True)
+    if system.bodies is not None:
+        _check_bodies(system.bodies, system.params, q)
     T = jax.eval_shape(lambda q: system.tangents(q, system.params), q).shape
     if len(T) != 3 or T[0] != nc or T[1] not in (1, 2) or T[2] != v.shape[0]:
         raise ValueError(f"system.tangents returns shape {T}, expected ({nc}, 1 or 2, {v.shape[0]})")
     if T[1] == 2 and system.friction is None and system.directions < 3:
         raise ValueError(f"system.directions must be >= 3 with two tangent directions, got {system.directions}")
+
+
+def _check_bodies(bodies, params, q):
+    """The leaves of a scene of rigid bodies (`BodyParams`) and its quaternions, by body name."""
+    check_value("system.params.mass", params.mass, shape=(bodies.nbodies,), positive=True)
+    if not is_traced(params.inertia):
+        for name, inertia in zip(bodies.names, params.inertia):
+            check_inertia(f"system.params.inertia of body {name!r}", inertia)
+    if bodies.dim == 3 and not is_traced(q):
+        for name, quat in zip(bodies.names, bodies.orientations(q)):
+            check_value(f"the quaternion of body {name!r} in state.q", quat, nonzero=True)

@@ -69,6 +69,8 @@ class Interval(eqx.Module):
     hi: float = eqx.field(static=True, default=1.0)
 
     def __check_init__(self):
+        check_value("Interval lo", self.lo, shape=())
+        check_value("Interval hi", self.hi, shape=())
         if not self.hi > self.lo:
             raise ValueError(f"Interval needs lo < hi, got ({self.lo}, {self.hi})")
 
@@ -168,14 +170,25 @@ def fit(
     """
     from tqdm.auto import tqdm
 
+    if not callable(loss):
+        raise TypeError(f"loss must be a function of the dict of parameters, got {loss!r}")
     if not isinstance(params, dict) or not params:
         raise TypeError("params must be a non-empty dict name -> initial value")
-    if not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"steps must be an integer >= 1, got {steps!r}")
+    for name, count in (("steps", steps), ("patience", patience)):
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {count!r}")
+    check_value("loss_tol", loss_tol, shape=())
+    check_value("grad_tol", grad_tol, shape=(), nonnegative=True)
+    check_value("param_rtol", param_rtol, shape=(), nonnegative=True)
+    if optimizer is not None and not isinstance(optimizer, optax.GradientTransformation):
+        raise TypeError(f"optimizer must be an optax GradientTransformation (optax.adam(...)), got {optimizer!r}")
     bounds = dict(bounds or {})
     unknown = set(bounds) - set(params)
     if unknown:
         raise ValueError(f"bounds name parameters that are not fitted: {sorted(unknown)}")
+    for name, bound in bounds.items():
+        if not isinstance(bound, (Free, Positive, Interval)):
+            raise TypeError(f"bounds[{name!r}] must be Free(), Positive() or Interval(lo, hi), got {bound!r}")
     for name in params:
         check_value(f"initial {name}", params[name])
     maps = {k: bounds.get(k, Free()) for k in params}

@@ -20,7 +20,7 @@ import numpy as np
 
 from .. import _rotation as rot
 from .. import cones, geometry
-from .._validate import as_float, check_value, is_traced
+from .._validate import as_float, check_inertia, check_value, is_traced
 from ..dynamics import project_to_joints
 from ..geometry import BroadPhase, PairGroup
 from ..model import Scene, State
@@ -50,29 +50,9 @@ def _inertia_matrix(inertia, mass, shapes):
     raise ValueError(f"inertia must be a scalar, (3,) principal moments or a (3, 3) matrix, got shape {inertia.shape}")
 
 
-def _check_inertia(name, inertia):
-    """SPD and the triangle inequality I1 + I2 >= I3 on the principal moments."""
-    if is_traced(inertia):
-        return
-    I = np.asarray(inertia, float)
-    scale = np.max(np.abs(I))
-    if not np.all(np.isfinite(I)) or not np.allclose(I, I.T, rtol=0, atol=1e-12 * max(scale, 1e-300)):
-        raise ValueError(f"inertia of body {name!r} must be a finite symmetric matrix, got {I.tolist()}")
-    moments = np.linalg.eigvalsh(I)
-    if not moments[0] > 0:
-        raise ValueError(f"inertia of body {name!r} must be positive definite, principal moments {moments.tolist()}")
-    if moments[0] + moments[1] < moments[2] * (1 - 1e-9):
-        raise ValueError(
-            f"inertia of body {name!r} violates the triangle inequality I1 + I2 >= I3 on its principal "
-            f"moments {moments.tolist()}: no rigid body has it"
-        )
-
-
 def _vector(name, value, size):
     x = as_float(value)
-    if x.shape != (size,):
-        raise ValueError(f"{name} must have shape ({size},), got {x.shape}")
-    check_value(name, x)
+    check_value(name, x, shape=(size,))
     return x
 
 
@@ -138,10 +118,9 @@ class SceneBuilder:
             raise ValueError(f"dim must be 2 or 3, got {dim!r}")
         if not isinstance(directions, int) or directions < 3:
             raise ValueError(f"directions must be an integer >= 3, got {directions!r}")
-        check_value("mu", mu, nonnegative=True)
-        check_value("restitution", restitution, unit_interval=True)
-        if not margin > 0:
-            raise ValueError(f"margin must be > 0, got {margin!r}")
+        check_value("mu", mu, shape=(), nonnegative=True)
+        check_value("restitution", restitution, shape=(), unit_interval=True)
+        check_value("margin", margin, shape=(), positive=True, finite=False)
         self.dim, self.directions, self.margin, self.friction = dim, directions, float(margin), None
         if friction is not None:
             self.friction = self._check_cone(friction)
@@ -169,11 +148,7 @@ class SceneBuilder:
     def _check_shape(self, owner, shape):
         if not isinstance(shape, geometry.Shape):
             raise TypeError(f"{owner}: shapes must be jaxrbd.geometry shapes, got {type(shape).__name__}")
-        for size, value in shape.sizes():
-            check_value(f"{shape.kind} {size} of {owner!r}", value, positive=True)
-        check_value(f"mu of a shape of {owner!r}", shape.mu, nonnegative=True)
-        check_value(f"restitution of a shape of {owner!r}", shape.restitution, unit_interval=True)
-        _check_quaternion(f"orientation of a shape of {owner!r}", shape.orientation)
+        shape.check(f" of {owner!r}")
 
     def add_body(
         self,
@@ -211,16 +186,16 @@ class SceneBuilder:
             self._check_shape(name, s)
             if isinstance(s, geometry.Plane):
                 raise ValueError(f"body {name!r}: a plane is static geometry, add it with add_static")
-        check_value(f"mass of body {name!r}", mass, positive=True)
+        check_value(f"mass of body {name!r}", mass, shape=(), positive=True)
         mass = as_float(mass)
         I = _inertia_matrix(inertia, mass, shapes)
-        _check_inertia(name, I)
+        check_inertia(f"inertia of body {name!r}", I)
         d = self.dim
         x = _vector(f"position of body {name!r}", position, d)
         v = _vector(f"velocity of body {name!r}", jnp.zeros(d) if velocity is None else velocity, d)
         if d == 3:
-            _check_quaternion(f"orientation of body {name!r}", orientation)
-            quat = rot.normalize(_vector(f"orientation of body {name!r}", orientation, 4))
+            check_value(f"orientation of body {name!r}", orientation, shape=(4,), nonzero=True)
+            quat = rot.normalize(as_float(orientation))
             w = _vector(
                 f"angular_velocity of body {name!r}", jnp.zeros(3) if angular_velocity is None else angular_velocity, 3
             )
@@ -228,8 +203,8 @@ class SceneBuilder:
         else:
             theta = as_float(angle)
             omega = as_float(0.0 if angular_velocity is None else angular_velocity)
-            check_value(f"angle of body {name!r}", theta)
-            check_value(f"angular_velocity of body {name!r}", omega)
+            check_value(f"angle of body {name!r}", theta, shape=())
+            check_value(f"angular_velocity of body {name!r}", omega, shape=())
             q, v = jnp.concatenate([x, theta[None]]), jnp.concatenate([v, omega[None]])
         force = _vector(f"force on body {name!r}", jnp.zeros(3) if force is None else force, 3)
         torque = _vector(f"torque on body {name!r}", jnp.zeros(3) if torque is None else torque, 3)
@@ -282,8 +257,8 @@ class SceneBuilder:
         They override the shapes' and the scene's values. A cone given here makes
         the scene's cone a `jaxrbd.cones.PerContactCone`.
         """
-        check_value(f"mu of the pair ({a!r}, {b!r})", mu, nonnegative=True)
-        check_value(f"restitution of the pair ({a!r}, {b!r})", restitution, unit_interval=True)
+        check_value(f"mu of the pair ({a!r}, {b!r})", mu, shape=(), nonnegative=True)
+        check_value(f"restitution of the pair ({a!r}, {b!r})", restitution, shape=(), unit_interval=True)
         if friction is not None:
             self._check_cone(friction)
         self._pairs[self._known(a, b)] = (mu, restitution, friction)
@@ -495,14 +470,6 @@ def _group(kinds, entries, broadphase):
 
 def _or(value, default):
     return default if value is None else value
-
-
-def _check_quaternion(name, quat):
-    if is_traced(quat):
-        return
-    x = np.asarray(quat, float)
-    if x.shape != (4,) or not np.all(np.isfinite(x)) or not np.linalg.norm(x) > 1e-12:
-        raise ValueError(f"{name} must be a nonzero finite quaternion (w, x, y, z), got {quat!r}")
 
 
 def _project_initial_joints(model, system, q):

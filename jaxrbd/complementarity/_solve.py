@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._problems import LCP, NCP, natural_residual
+from .._validate import check_value
 from ._implicit import implicit_solve
 from ._solvers import SemismoothNewton, Solver
 from ._status import Status
@@ -37,14 +38,18 @@ def _is_concrete(x):
     return not isinstance(x, jax.core.Tracer)
 
 
+def _check_n_free(n_free, n):
+    if not isinstance(n_free, (int, np.integer)) or isinstance(n_free, bool) or not 0 <= n_free <= n:
+        raise ValueError(f"n_free must be an integer in [0, {n}], got {n_free!r}")
+
+
 def _check_lcp(A, b, n_free):
     A, b = jnp.asarray(A), jnp.asarray(b)
     if A.ndim != 2 or A.shape[0] != A.shape[1]:
         raise ValueError(f"A must be a square (n, n) matrix, got shape {A.shape}")
     if b.shape != (A.shape[0],):
         raise ValueError(f"b must have shape ({A.shape[0]},) to match A, got {b.shape}")
-    if not (0 <= n_free <= A.shape[0]):
-        raise ValueError(f"n_free must be in [0, {A.shape[0]}], got {n_free}")
+    _check_n_free(n_free, A.shape[0])
     for name, x in (("A", A), ("b", b)):
         if not jnp.issubdtype(x.dtype, jnp.floating):
             raise ValueError(f"{name} must be a floating-point array, got dtype {x.dtype}")
@@ -95,8 +100,7 @@ def solve(problem, *, solver=None, z0=None, grad_smoothing=0.0):
     solver = SemismoothNewton() if solver is None else solver
     if not isinstance(solver, Solver):
         raise TypeError(f"solver must be jaxrbd.SemismoothNewton(...) or jaxrbd.Lemke(...), got {solver!r}")
-    if not grad_smoothing >= 0:
-        raise ValueError(f"grad_smoothing must be >= 0, got {grad_smoothing}")
+    check_value("grad_smoothing", grad_smoothing, shape=(), nonnegative=True)
     n = problem.size
     dtype = jax.tree_util.tree_leaves(eqx.filter(problem, eqx.is_inexact_array))[0].dtype
     z0 = _check_z0(z0, n, dtype)
@@ -143,6 +147,5 @@ def solve_ncp(fn, args, n, *, solver=None, z0=None, n_free=0, grad_smoothing=0.0
     """
     if not isinstance(n, int) or n < 1:
         raise ValueError(f"n must be a positive integer, got {n!r}")
-    if not (0 <= n_free <= n):
-        raise ValueError(f"n_free must be in [0, {n}], got {n_free}")
+    _check_n_free(n_free, n)
     return solve(NCP(fn, args, n, n_free), solver=solver, z0=z0, grad_smoothing=grad_smoothing)

@@ -5,6 +5,8 @@ is decided once, in `_implicit.py`.
 """
 
 import abc
+import math
+import numbers
 
 import equinox as eqx
 import jax
@@ -34,6 +36,15 @@ class RawSolution(eqx.Module):
     fallback: jax.Array
 
 
+def _is_number(x):
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)
+
+
+def _is_count(x, least):
+    """x is an integer (not a bool) >= least."""
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool) and x >= least
+
+
 def _residual(problem, z):
     return natural_residual(z, problem.F(z), problem.n_free)
 
@@ -46,6 +57,11 @@ class Solver(eqx.Module):
     """
 
     tol: eqx.AbstractVar[float | None]
+
+    def __check_init__(self):
+        tol = self.tol
+        if tol is not None and not (_is_number(tol) and 0 < tol < math.inf):
+            raise ValueError(f"{type(self).__name__}: tol must be None or a finite number > 0, got {tol!r}")
 
     def tolerance(self, dtype):
         """The natural-residual tolerance: `tol`, or by dtype (`default_tol`)."""
@@ -78,10 +94,10 @@ class Lemke(Solver):
     tol: float | None = eqx.field(static=True, default=None)
 
     def __check_init__(self):
-        if self.max_pivots is not None and self.max_pivots < 1:
-            raise ValueError(f"Lemke: max_pivots must be a positive integer, got {self.max_pivots}")
-        if self.polish_iterations < 0:
-            raise ValueError(f"Lemke: polish_iterations must be >= 0, got {self.polish_iterations}")
+        if self.max_pivots is not None and not _is_count(self.max_pivots, 1):
+            raise ValueError(f"Lemke: max_pivots must be None or a positive integer, got {self.max_pivots!r}")
+        if not _is_count(self.polish_iterations, 0):
+            raise ValueError(f"Lemke: polish_iterations must be an integer >= 0, got {self.polish_iterations!r}")
 
     def run(self, problem, z0):
         del z0
@@ -145,10 +161,13 @@ class SemismoothNewton(Solver):
     def __check_init__(self):
         for name in ("iterations", "line_search_steps"):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            if not _is_count(value, 1):
                 raise ValueError(f"SemismoothNewton: {name} must be a positive integer, got {value!r}")
-        if not self.regularization > 0:
-            raise ValueError(f"SemismoothNewton: regularization must be > 0, got {self.regularization}")
+        r = self.regularization
+        if not (_is_number(r) and 0 < r < math.inf):
+            raise ValueError(f"SemismoothNewton: regularization must be a finite number > 0, got {r!r}")
+        if not isinstance(self.fallback, bool):
+            raise TypeError(f"SemismoothNewton: fallback must be True or False, got {self.fallback!r}")
 
     def run(self, problem, z0):
         n = problem.size

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._problems import friction_lcp
+from .._validate import check_value
 from ._base import Cone, check_scale, contact_scale
 
 
@@ -56,8 +57,11 @@ def soft_finger_directions(which):
     raise ValueError(f"which must be 'eq5' or 'eq6', got {which!r}")
 
 
+_SPACES = {1: "tangent line (t)", 2: "tangent plane (t, o)", 3: "friction space (t, o, r)"}
+
+
 def check_positive_span(name, U):
-    """ValueError unless the rows of U (k, d) positively span R^d.
+    """ValueError unless the rows of U (k, d) positively span R^d (the tangent plane when d = 2).
 
     They do iff no y != 0 has u_i . y <= 0 for every i. If such a y exists, one
     lies on an extreme ray of the cone {y : U y <= 0}, where d - 1 independent
@@ -65,8 +69,13 @@ def check_positive_span(name, U):
     (d - 1)-subset of the rows (and the rank).
     """
     k, d = U.shape
-    if np.linalg.matrix_rank(U) < d:
-        raise ValueError(f"{name}: the {k} directions do not span the {d}-dimensional friction space")
+    space = _SPACES[d]
+    rank = np.linalg.matrix_rank(U)
+    if rank < d:
+        raise ValueError(
+            f"{name} must positively span the {space}: the {k} directions do not positively span it, "
+            f"they lie in a subspace of dimension {rank}"
+        )
     tol = 1e-12 * max(1.0, float(np.max(np.abs(U))))
     for rows in itertools.combinations(range(k), d - 1):
         if d == 1:
@@ -79,7 +88,7 @@ def check_positive_span(name, U):
         for s in (y, -y):
             if np.all(U @ s <= tol):
                 raise ValueError(
-                    f"{name}: the directions do not positively span the friction space; "
+                    f"{name} must positively span the {space}: the directions do not positively span it, "
                     f"none has a positive component along {np.round(s, 6).tolist()}"
                 )
 
@@ -174,17 +183,24 @@ class PolyhedralCone(Cone):
 
     def __init__(self, k=8, *, directions=None, e_t=1.0, e_o=1.0, e_r=1.0):
         if directions is None:
+            if np.ndim(k) > 0:
+                raise TypeError(
+                    f"PolyhedralCone: k must be an integer >= 3, got an array of shape {np.shape(k)}; "
+                    "pass an array of directions as directions=..."
+                )
             if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 3:
                 raise ValueError(f"PolyhedralCone: k must be an integer >= 3 for a 2D friction plane, got {k!r}")
             U = polygon_directions(int(k))
         else:
+            check_value("PolyhedralCone directions", directions)
             U = np.asarray(directions, dtype=np.float64)
             if U.ndim != 2 or U.shape[1] not in (1, 2, 3):
                 raise ValueError(f"PolyhedralCone: directions must have shape (k, 1 | 2 | 3), got {U.shape}")
-            if U.shape[1] == 2 and U.shape[0] < 3:
-                raise ValueError(f"PolyhedralCone: a 2D friction plane needs >= 3 directions, got {U.shape[0]}")
-            if not np.all(np.isfinite(U)):
-                raise ValueError("PolyhedralCone: directions must be finite")
+            if U.shape[0] < U.shape[1] + 1:
+                raise ValueError(
+                    f"PolyhedralCone directions must positively span the {_SPACES[U.shape[1]]}: {U.shape[0]} "
+                    f"directions do not positively span it (that takes >= {U.shape[1] + 1} directions)"
+                )
             check_positive_span("PolyhedralCone directions", U)
         self.directions = _Frozen(U)
         self.e_t = check_scale("e_t", e_t)

@@ -6,6 +6,8 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
+from .._validate import check_value
+
 KINDS = ("plane", "sphere", "capsule", "box")
 
 
@@ -28,6 +30,23 @@ class Shape(eqx.Module):
 
     kind = ""
 
+    def __check_init__(self):
+        self.check()
+
+    def check(self, where=""):
+        """ValueError naming the field (and `where`, such as " of 'ball'") when a leaf is out of range.
+
+        Runs when the shape is made, and again when a scene is built (a leaf may have
+        been replaced since); traced leaves are checked for their shapes alone.
+        """
+        name = lambda field: f"{self.kind or 'shape'} {field}{where}"
+        check_value(name("position"), self.position, shape=(3,))
+        check_value(name("orientation"), self.orientation, shape=(4,), nonzero=True)
+        check_value(name("mu"), self.mu, shape=(), nonnegative=True)
+        check_value(name("restitution"), self.restitution, shape=(), unit_interval=True)
+        for field, value, shape in self.sizes():
+            check_value(name(field), value, shape=shape, positive=True)
+
     def arrays(self):
         """The shape's geometric leaves as a dict of arrays (stacked per kind by the scene)."""
         raise NotImplementedError
@@ -37,7 +56,7 @@ class Shape(eqx.Module):
         raise NotImplementedError(f"a {self.kind} has no finite inertia")
 
     def sizes(self):
-        """(name, value) of the lengths that must be > 0."""
+        """(name, value, accepted shapes) of the lengths that must be > 0."""
         return ()
 
 
@@ -47,6 +66,11 @@ class Plane(Shape):
     normal: jax.Array = eqx.field(default=(0.0, 0.0, 1.0), converter=jnp.asarray)
     offset: jax.Array = eqx.field(default=0.0, converter=jnp.asarray)
     kind = "plane"
+
+    def check(self, where=""):
+        super().check(where)
+        check_value(f"plane normal{where}", self.normal, shape=(3,), nonzero=True)
+        check_value(f"plane offset{where}", self.offset, shape=())
 
     def arrays(self):
         n = self.normal / jnp.linalg.norm(self.normal)
@@ -66,7 +90,7 @@ class Sphere(Shape):
         return 0.4 * mass * self.radius**2 * jnp.eye(3)
 
     def sizes(self):
-        return (("radius", self.radius),)
+        return (("radius", self.radius, ()),)
 
 
 class Capsule(Shape):
@@ -95,11 +119,11 @@ class Capsule(Shape):
         return jnp.diag(jnp.stack([across, across, axial]))
 
     def sizes(self):
-        return (("radius", self.radius), ("half_length", self.half_length))
+        return (("radius", self.radius, ()), ("half_length", self.half_length, ()))
 
 
 class Box(Shape):
-    """A box with the given (3,) half extents along the shape's axes."""
+    """A box with the given (3,) half extents along the shape's axes (a scalar: a cube)."""
 
     half_extents: jax.Array = eqx.field(converter=jnp.asarray)
     kind = "box"
@@ -116,4 +140,4 @@ class Box(Shape):
         return mass / 12 * jnp.diag(jnp.stack([b + c, a + c, a + b]))
 
     def sizes(self):
-        return (("half_extents", self.half_extents),)
+        return (("half_extents", self.half_extents, ((), (3,))),)

@@ -4,6 +4,7 @@
 - `_impacts`: `NewtonRestitution`, `PoissonRestitution` (the `ImpactLaw` family);
 - `_rows`: the step problem assembled from the contact record;
 - `_solver`: the `StepSolver` interface; `_dense`: `DenseStep`; `_sweeps`: `ContactSweeps`;
+- `_status`: `StepStatus`, why a step is bad, found from traced values;
 - `_rollout`: `choose_solver` (the one rule) and `simulate`.
 """
 
@@ -22,6 +23,7 @@ from ._schemes import AnitescuPotra as AnitescuPotra
 from ._schemes import Scheme as Scheme
 from ._schemes import StewartTrinkle as StewartTrinkle
 from ._solver import StepSolver as StepSolver
+from ._status import StepStatus as StepStatus
 from ._sweeps import AUTO_SIZE as AUTO_SIZE
 from ._sweeps import ContactSweeps as ContactSweeps
 from ._types import ContactImpulses as ContactImpulses

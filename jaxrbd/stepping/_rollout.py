@@ -1,10 +1,14 @@
 """The rule that picks a step solver, and the differentiable rollout `simulate`."""
 
+import warnings
+
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from .. import dynamics
+from .._validate import check_value, is_traced
 from ..complementarity import Solver
 from ..cones import Cone
 from ..model import State, check_system
@@ -13,6 +17,7 @@ from ._impacts import ImpactLaw
 from ._rows import default_cone
 from ._schemes import Scheme, StewartTrinkle
 from ._solver import StepSolver
+from ._status import StepStatus, parameter_status, step_status
 from ._sweeps import AUTO_SIZE, ContactSweeps
 from ._types import Trajectory
 
@@ -78,6 +83,30 @@ def _rollout(step_fn, state, z0, steps):
     return Trajectory(cat(state.t, states.t), cat(state.q, states.q), cat(state.v, states.v), impulses, stats)
 
 
+def _warn_inelastic(system, restitution):
+    """Warn when the contacts carry restitution but no impact law will use it."""
+    if restitution is not None or system.restitution is None or is_traced(system.restitution):
+        return
+    e = np.asarray(system.restitution)
+    if not np.any(e != 0):
+        return
+    warnings.warn(
+        f"simulate: the contacts have restitution coefficients up to {e.max():.3g}, but without an "
+        "impact law every contact is inelastic; pass restitution=rbd.Newton() or rbd.Poisson() to make them bounce",
+        UserWarning,
+        stacklevel=3,
+    )
+
+
+def _raise_on_bad_status(traj):
+    """`traj`, with an `equinox.error_if` that raises the first bad step's `StepStatus` message."""
+    status = traj.stats.status
+    bad = status != StepStatus.SUCCESS
+    first = status[jnp.argmax(bad)]
+    messages = [f"simulate: a step failed (StepStatus.{code.name}): {StepStatus.message(code)}" for code in StepStatus]
+    return eqx.branched_error_if(traj, jnp.any(bad), first, messages)
+
+
 def _check_steps(dt, steps):
     if not isinstance(steps, (int, np.integer)) or isinstance(steps, bool) or steps < 1:
         raise ValueError(f"steps must be an integer >= 1, got {steps!r}")
@@ -99,6 +128,7 @@ def simulate(
     grad_smoothing=0.0,
     restitution=None,
     project_joints=True,
+    throw=False,
 ):
     """Roll the system forward `steps` steps of size `dt` in a `lax.scan`.
 
@@ -123,12 +153,24 @@ def simulate(
             `Newton()` or `Poisson(...)`; the coefficients are `system.restitution`.
         project_joints: move q back to g(q) = 0 after every step and before the
             first (`jaxrbd.dynamics.project_to_joints`); without it the joints drift.
+        throw: raise (through `equinox.error_if`, so also under `jit`) when a step's
+            status is not SUCCESS, with the first bad step's `StepStatus` message.
+            False (default): the status is only reported, so that one bad lane of a
+            `vmap`ped batch does not stop the others.
+
+    Concrete inputs are checked on the host (`check_system`); a scene whose
+    contacts carry restitution, simulated without an impact law, gives one warning.
 
     Returns:
-        A `Trajectory`; check `traj.stats.converged` (every step reports its residual).
+        A `Trajectory`; check `traj.stats.converged` (every step reports its
+        residual) and `traj.stats.status` (a `StepStatus` per step: why it failed).
     """
     _check_steps(dt, steps)
+    if not isinstance(throw, bool):
+        raise TypeError(f"throw must be True or False, got {throw!r}")
+    check_value("grad_smoothing", grad_smoothing, shape=(), nonnegative=True)
     check_system(system, state)
+    _warn_inelastic(system, restitution)
     scheme = StewartTrinkle() if scheme is None else scheme
     dtype = jnp.result_type(state.q, state.v, float)
     state = State(jnp.asarray(state.t, dtype), jnp.asarray(state.q, dtype), jnp.asarray(state.v, dtype))
@@ -147,5 +189,11 @@ def simulate(
         grad_smoothing=grad_smoothing,
         project_joints=project_joints,
     )
-    step_fn = lambda state, z: step_solver.step(system, state, z, **options)
-    return _rollout(step_fn, state, step_solver.init(system, state, cone), steps)
+    parameters = parameter_status(system, dt)
+
+    def step_fn(state, z):
+        new_state, z, impulses, stats = step_solver.step(system, state, z, **options)
+        return new_state, z, impulses, step_status(parameters, state, new_state, impulses, stats)
+
+    traj = _rollout(step_fn, state, step_solver.init(system, state, cone), steps)
+    return _raise_on_bad_status(traj) if throw else traj

@@ -4,6 +4,8 @@ import abc
 
 import equinox as eqx
 
+from .._validate import check_value
+
 
 class Scheme(eqx.Module):
     """A time-stepping scheme: the form of the normal rows and the contacts in the step.
@@ -46,10 +48,11 @@ class StewartTrinkle(Scheme):
     delta: float | None = eqx.field(static=True, default=None)
 
     def __check_init__(self):
-        if self.fixed_point_iterations < 0:
-            raise ValueError(f"fixed_point_iterations must be >= 0, got {self.fixed_point_iterations}")
-        if self.delta is not None and not self.delta >= 0:
-            raise ValueError(f"delta must be >= 0 or None, got {self.delta}")
+        k = self.fixed_point_iterations
+        if not isinstance(k, int) or isinstance(k, bool) or k < 0:
+            raise ValueError(f"fixed_point_iterations must be an integer >= 0, got {k!r}")
+        if self.delta is not None:
+            check_value("delta", self.delta, shape=(), nonnegative=True, finite=False)
 
     @property
     def position_level(self):
@@ -73,8 +76,9 @@ class AnitescuPotra(Scheme):
     project: bool = eqx.field(static=True, default=False)
 
     def __check_init__(self):
-        if not self.delta >= 0:
-            raise ValueError(f"delta must be >= 0, got {self.delta}")
+        check_value("delta", self.delta, shape=(), nonnegative=True, finite=False)
+        if not isinstance(self.project, bool):
+            raise TypeError(f"project must be True or False, got {self.project!r}")
 
     @property
     def position_level(self):

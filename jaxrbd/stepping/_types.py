@@ -2,6 +2,9 @@
 
 import equinox as eqx
 import jax
+import jax.numpy as jnp
+
+from ._status import StepStatus
 
 
 class ContactImpulses(eqx.Module):
@@ -26,7 +29,7 @@ class StepStats(eqx.Module):
 
     Attributes:
         residual: the largest complementarity residual of the step's solves.
-        converged: every solve of the step converged.
+        converged: every solve of the step converged, and its `status` is SUCCESS.
         fallback: the Lemke fallback ran in the step's main solve.
         iterations: the work of the step's main solve: Newton iterations (plus Lemke
             pivots where the fallback ran) of the dense step, sweeps of `ContactSweeps`.
@@ -35,6 +38,8 @@ class StepStats(eqx.Module):
         overflow: shape pairs the broad phase left without a contact slot at the
             start of the step although within its distance (0 without one;
             `jaxrbd.BroadPhase`).
+        status: a `StepStatus` code, set by `simulate`: why a step is bad
+            (`StepStatus.message(code)`); SUCCESS from a step solver alone.
     """
 
     residual: jax.Array
@@ -44,6 +49,7 @@ class StepStats(eqx.Module):
     active: jax.Array
     joint_violation: jax.Array
     overflow: jax.Array
+    status: jax.Array = eqx.field(default=StepStatus.SUCCESS, converter=lambda x: jnp.asarray(x, jnp.int32))
 
 
 class Trajectory(eqx.Module):

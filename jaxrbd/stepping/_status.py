@@ -1,0 +1,83 @@
+"""The status of a step: why a run is bad, computed from traced values so that it works under `jit`."""
+
+import enum
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+
+class StepStatus(enum.IntEnum):
+    """The status of one step of a rollout (`traj.stats.status`, an int array under `jit`).
+
+    `simulate` sets it (a step solver alone reports SUCCESS). The bad-parameter
+    codes come from the values themselves (dt, mu, restitution, the body masses
+    and inertias), so they name the cause when the numbers are traced and no host
+    check could run. When several apply, a bad parameter wins (in the order BAD_DT,
+    NEGATIVE_MASS, NEGATIVE_MU, BAD_RESTITUTION), then NONFINITE_STATE, then
+    SOLVER_FAILED. `StepStatus.message(code)` says what a code means.
+    """
+
+    SUCCESS = 0
+    SOLVER_FAILED = 1
+    NONFINITE_STATE = 2
+    BAD_DT = 3
+    NEGATIVE_MASS = 4
+    NEGATIVE_MU = 5
+    BAD_RESTITUTION = 6
+
+    @classmethod
+    def message(cls, code):
+        """The sentence for a status code (an int or a scalar array)."""
+        return _MESSAGES[cls(int(code))]
+
+
+_MESSAGES = {
+    StepStatus.SUCCESS: "the step converged",
+    StepStatus.SOLVER_FAILED: "the step's solve did not converge, or produced NaN or inf",
+    StepStatus.NONFINITE_STATE: "NaN or inf in the state (q, v) before the step",
+    StepStatus.BAD_DT: "the step size dt is not a finite number > 0",
+    StepStatus.NEGATIVE_MASS: "a body's mass is not > 0, or its inertia is not positive definite (or not finite)",
+    StepStatus.NEGATIVE_MU: "a friction coefficient mu is negative or not finite",
+    StepStatus.BAD_RESTITUTION: "a restitution coefficient is outside [0, 1]",
+}
+
+
+def _all_finite(*trees):
+    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree_util.tree_leaves(trees)]))
+
+
+def parameter_status(system, dt):
+    """() int32: the first bad parameter of a rollout (`StepStatus`), SUCCESS when there is none."""
+    system, dt = jax.lax.stop_gradient((system, jnp.asarray(dt)))
+    bad = [(~(jnp.isfinite(dt) & (dt > 0)), StepStatus.BAD_DT)]
+    if system.bodies is not None:
+        mass, inertia = system.params.mass, system.params.inertia
+        positive_definite = jnp.all(jnp.isfinite(jnp.linalg.cholesky(inertia)))
+        bad.append((~(jnp.all(jnp.isfinite(mass) & (mass > 0)) & positive_definite), StepStatus.NEGATIVE_MASS))
+    bad.append((~jnp.all(jnp.isfinite(system.mu) & (system.mu >= 0)), StepStatus.NEGATIVE_MU))
+    if system.restitution is not None:
+        e = system.restitution
+        bad.append((~jnp.all((e >= 0) & (e <= 1)), StepStatus.BAD_RESTITUTION))
+    conditions, codes = zip(*bad)
+    return jnp.select(conditions, [jnp.int32(c) for c in codes], jnp.int32(StepStatus.SUCCESS))
+
+
+def step_status(parameters, state, new_state, impulses, stats):
+    """The stats of a step with its `StepStatus` set and `converged` False unless the status is SUCCESS.
+
+    Args:
+        parameters: () the rollout's `parameter_status`.
+        state, new_state: the `State` before and after the step.
+        impulses: the step's `ContactImpulses`.
+        stats: the step's `StepStats` as its step solver made it.
+    """
+    before = _all_finite(state.q, state.v)
+    after = _all_finite(new_state.q, new_state.v, impulses, stats.residual)
+    status = jnp.select(
+        [parameters != StepStatus.SUCCESS, ~before, ~(stats.converged & after)],
+        [parameters, jnp.int32(StepStatus.NONFINITE_STATE), jnp.int32(StepStatus.SOLVER_FAILED)],
+        jnp.int32(StepStatus.SUCCESS),
+    )
+    converged = stats.converged & (status == StepStatus.SUCCESS)
+    return eqx.tree_at(lambda s: (s.converged, s.status), stats, (converged, status))
