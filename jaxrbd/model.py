@@ -58,12 +58,13 @@ class System(eqx.Module):
         coriolis_force: ``(q, v, params) -> (nv,)`` the Coriolis/centrifugal force in
             closed form (rigid bodies: the gyroscopic term); None derives it from M
             and G by autodiff (`coriolis`).
-        free_flight: ``(q, v, p, h, params) -> (v_free, q0, shift)``: the motion
+        free_flight: ``(q, v, p, h, params) -> (v_free, q0, shift, solved)``: the motion
             over a step of length h after the impulse p = h F of every force but the
             Coriolis one, which it integrates implicitly (rigid bodies: the
             energy-momentum rotation, `BodyModel.free_flight`). The step then
             integrates q+ = normalize(q0 + h G(q0) v+) with M(q0), and shift (nv,)
-            is the displacement from q to q0 in velocity coordinates. None: the
+            is the displacement from q to q0 in velocity coordinates; solved () says
+            whether the implicit equations were solved. None: the
             Coriolis force is explicit, v_free = v + h M(q)^-1 F, q0 = q.
         normalize: ``q -> q`` applied after every step (rigid bodies: unit
             quaternions, 000 §5); None leaves q as the step makes it.
