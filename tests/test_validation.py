@@ -294,3 +294,18 @@ def test_step_status_messages_cover_every_code():
     for code in rbd.StepStatus:
         assert rbd.StepStatus.message(code)
     assert rbd.StepStatus.message(jnp.int32(3)) == rbd.StepStatus.message(rbd.StepStatus.BAD_DT)
+
+
+@pytest.mark.parametrize(
+    "make, match",
+    [
+        (lambda: rbd.ContactSweeps(tol=-1.0), "tol must be > 0"),
+        (lambda: rbd.ContactSweeps(tol=float("nan")), "tol must be finite"),
+        (lambda: rbd.ContactSweeps(fallback=1), "fallback must be a bool"),
+        (lambda: rbd.Newton(distance=-1.0), "distance must be >= 0"),
+        (lambda: rbd.Poisson(distance=float("inf")), "distance must be finite"),
+    ],
+)
+def test_step_solver_and_impact_law_fields_are_checked(make, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        make()

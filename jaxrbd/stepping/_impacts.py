@@ -44,6 +44,9 @@ class ImpactLaw(eqx.Module):
 
     distance: eqx.AbstractVar[float]
 
+    def __check_init__(self):
+        check_value(f"{type(self).__name__}: distance", self.distance, nonnegative=True)
+
     def window(self, scheme):
         """The predicted gap below which a contact takes part in an impact."""
         return self.distance if scheme.position_level else max(scheme.delta, self.distance)

@@ -40,6 +40,7 @@ import numpy as np
 
 from .. import dynamics
 from .._problems import LCP, natural_residual
+from .._validate import check_value
 from ..complementarity import Adjoint, implicit_solve
 from ..complementarity._fb import fischer_burmeister_partials
 from ..complementarity._implicit import PINV_RTOL_FACTOR
@@ -98,6 +99,10 @@ class ContactSweeps(StepSolver):
                 continue
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"ContactSweeps: {name} must be a positive integer, got {value!r}")
+        if not isinstance(self.fallback, bool):
+            raise TypeError(f"ContactSweeps: fallback must be a bool, got {self.fallback!r}")
+        if self.tol is not None:
+            check_value("ContactSweeps: tol", self.tol, positive=True)
 
     @property
     def local(self):
