@@ -304,6 +304,7 @@ def test_step_status_messages_cover_every_code():
         (lambda: rbd.ContactSweeps(fallback=1), "fallback must be a bool"),
         (lambda: rbd.Newton(distance=-1.0), "distance must be >= 0"),
         (lambda: rbd.Poisson(distance=float("inf")), "distance must be finite"),
+        (lambda: rbd.DenseStep("lemke"), "solver must be a complementarity solver"),
     ],
 )
 def test_step_solver_and_impact_law_fields_are_checked(make, match):

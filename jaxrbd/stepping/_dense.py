@@ -81,6 +81,13 @@ class DenseStep(StepSolver):
 
     solver: Solver = eqx.field(default_factory=SemismoothNewton)
 
+    def __check_init__(self):
+        if not isinstance(self.solver, Solver):
+            raise TypeError(
+                f"DenseStep: solver must be a complementarity solver (jaxrbd.SemismoothNewton(), jaxrbd.Lemke()), "
+                f"got {self.solver!r}"
+            )
+
     @property
     def name(self):
         return f"dense {type(self.solver).__name__}"
