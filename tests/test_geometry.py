@@ -44,7 +44,7 @@ def test_sphere_sphere_and_plane_sphere():
     plane = _shape(rbd.Plane((0.0, 0.0, 2.0), 1.0))  # normal normalized; surface z = 1
     gap, n, x = _collide(plane, _shape(rbd.Sphere(0.25), (3.0, 1.0, 2.0)))
     np.testing.assert_allclose(gap, [0.75], atol=EXACT)
-    np.testing.assert_allclose(x, [[3.0, 1.0, 1.75]], atol=EXACT)  # against a plane: the sphere's lowest point
+    np.testing.assert_allclose(x, [[3.0, 1.0, 1.375]], atol=EXACT)
 
 
 def test_plane_box_takes_the_lowest_corners():
@@ -187,7 +187,8 @@ def test_planar_capsule_is_the_falling_rod_plus_the_rolling_term():
     """The planar capsule has the rod's gaps and normals (003 §4.1); its tangent rows add the rolling term.
 
     The rod model takes the tangential velocity of the end's centre; the capsule's
-    is that of the contact point, the capsule's lowest point a radius below it, so omega enters too.
+    is that of its own witness point, the capsule's lowest point a radius below it
+    (`BodyModel.collide`), so omega enters too.
     """
     rod_system, rod_state = rbd.scenes.falling_rod()
     p = rod_system.params

@@ -198,8 +198,15 @@ class BodyModel:
         ang = jnp.stack([zero, zero, zero, n], 1)
 
         def block(k, sign):
-            """(nc, 4, 6) the rows on body k's (linear, angular) velocity: d . (v_k + w_k x (x - p_k)) + s . w_k."""
-            arm = (x - p[k])[:, None, :]
+            """(nc, 4, 6) the rows on body k's (linear, angular) velocity: d . (v_k + w_k x (x_k - p_k)) + s . w_k.
+
+            x_k is body k's own witness point, x -/+ (gap / 2) n for a and b: the normal
+            row is then the exact rate of the gap, and a separated contact has the
+            moment arms of the body's own surface. (The midpoint x of a pair a metre
+            apart gives a light body rows of scale |x - p|^2 / I ~ 1e7, which defeated
+            both Newton and Lemke.) At touching the two points are x.
+            """
+            arm = (x + (0.5 * sign) * gap[:, None] * n - p[k])[:, None, :]
             rows = jnp.concatenate([lin, ang + jnp.cross(arm, lin)], -1)
             return jnp.where((k < nb)[:, None, None], sign * rows, 0.0)
 

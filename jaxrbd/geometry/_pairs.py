@@ -2,13 +2,8 @@
 
 Each pair function takes the world arrays of one shape of each kind (with "p": the
 centre and "R": the rotation) and returns gap (C,), normal (C, 3) from the first
-shape to the second, and point (C, 3), where C is the pair's capacity. The point
-is the midpoint of the two closest points, except against a plane (always static):
-there it is the closest point of the moving shape, so that a contact far above the
-plane has the moment arms of the body's own surface (a midpoint 100 m below a
-small box gives rows whose scale, |x - p|^2 / I, ruins the step's conditioning;
-at touching the two agree). Adding a shape pair is one function here and one
-entry of `COLLIDERS`.
+shape to the second, and point (C, 3), where C is the pair's capacity. Adding a
+shape pair is one function here and one entry of `COLLIDERS`.
 """
 
 import jax
@@ -39,7 +34,7 @@ def _balls(ca, ra, cb, rb):
 def _plane_ball(plane, c, r):
     n, d = plane["normal"], plane["offset"]
     gap = c @ n - d - r
-    return gap, n, c - r * n
+    return gap, n, c - (r + 0.5 * gap) * n
 
 
 def plane_sphere(a, b, dim):
@@ -65,7 +60,7 @@ def plane_box(a, b, dim):
     gaps = w @ n - d
     _, idx = jax.lax.top_k(-gaps, capacity)
     gap = gaps[idx]
-    return gap, jnp.broadcast_to(n, (capacity, 3)), w[idx]
+    return gap, jnp.broadcast_to(n, (capacity, 3)), w[idx] - 0.5 * gap[:, None] * n
 
 
 def sphere_sphere(a, b, dim):

@@ -301,7 +301,7 @@ def _gauss_seidel(blocks, z, solver):
 
         def local(prob, zc, idx, own_u):
             z_new, _ = exact(W[idx], own_u, blocks.mu[idx], blocks.S[idx], prob.A, prob.b)
-            return z_new, jnp.zeros((), bool)
+            return z_new * blocks.active[idx][:, None], jnp.zeros((), bool)  # a masked contact's solution is 0
     else:
         newton = jax.vmap(solver.local.run)
 
