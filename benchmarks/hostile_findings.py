@@ -1,0 +1,95 @@
+"""The open findings of the hostile suite (`tests/test_hostile.py`, issue 20): scenes that still fail.
+
+Each prints what the step does now beside what it should do. They are not tests
+because they fail until the library is fixed; when one passes, move it back into
+`tests/test_hostile.py` as a regression test.
+
+    python benchmarks/hostile_findings.py
+"""
+
+import math
+import warnings
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+import jaxrbd as rbd  # noqa: E402
+
+H = 0.01
+GAP_ROUNDOFF = 1e-12
+LYING = (math.sqrt(0.5), math.sqrt(0.5), 0.0, 0.0)  # a shape's z axis along -y
+
+
+def _body_at(builder, name, shape, mass, q_hex, v_hex):
+    """Add a body at the exact state (float.hex) a failing run reached."""
+    q, v = [float.fromhex(x) for x in q_hex], [float.fromhex(x) for x in v_hex]
+    builder.add_body(name, shape, mass=mass, position=q[:3], orientation=q[3:], velocity=v[:3], angular_velocity=v[3:])
+
+
+def _one_step(builder):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the exact states overlap by round-off
+        scene = builder.build()
+    traj = rbd.simulate(*scene, dt=H, steps=1)
+    return traj.stats
+
+
+def tilting_capsule_on_a_parallel_one():
+    """Two parallel capsules, one resting on the other, the upper one tilting at 5 rad/s.
+
+    Found on `mixed6` (a capsule stacked on a parallel one): after one step of
+    h = 0.01 the upper capsule's end is 9.7 mm inside the lower one, where the
+    position-level step leaves at most the second-order remainder of the rotation,
+    L (theta^2 / 2 + theta^3 / 6) + theta |dp| = 0.6 mm (`penetration_bound`). The
+    capsule-capsule pair has one contact, at the first segment's midpoint when the
+    axes are parallel, so the tilt (theta = h w) sinks a segment end by theta times
+    the half length: a first-order penetration.
+    """
+    b = rbd.SceneBuilder(dim=3, mu=0.5)
+    b.add_static("ground", rbd.Plane())
+    radius, half_length = 0.05, 0.2
+    capsule = rbd.Capsule(radius, half_length)
+    b.add_body("lower", capsule, mass=1.0, position=(0.0, 0.0, radius), orientation=LYING)
+    b.add_body(
+        "upper", capsule, mass=1.0, position=(0.0, 0.0, 3 * radius), orientation=LYING, angular_velocity=(5.0, 0, 0)
+    )
+    scene = b.build()
+    traj = rbd.simulate(*scene, dt=H, steps=1)
+    pair = np.array([p == ("lower", "upper") for p in scene.bodies.pair_names])
+    depth = -float(np.asarray(scene.system.contacts(traj.q[1]).gap)[pair].min())
+    q = np.asarray(traj.q).reshape(2, 2, 7)
+    theta = 2 * np.arccos(np.clip(np.abs(np.sum(q[1, :, 3:] * q[0, :, 3:], -1)), 0, 1))
+    reach = 2 * (radius + half_length)
+    dp = np.linalg.norm((q[1, 1, :3] - q[0, 1, :3]) - (q[1, 0, :3] - q[0, 0, :3]))
+    bound = np.sum(reach * (theta**2 / 2 + theta**3 / 6)) + np.sum(theta) * dp + GAP_ROUNDOFF
+    return (
+        f"converged {bool(jnp.all(traj.stats.converged))}, penetration {depth:.3g} m, second-order bound {bound:.3g} m"
+    )
+
+
+def capsule_landing_flat():
+    """A 1 kg capsule (r 0.06, half length 0.13) landing on its side at 0.38 m/s, turning at 2.9 rad/s, mu 1.3.
+
+    Found on `capsule_on_sphere`, shrunk to a sphere at rest with a frictionless
+    upright capsule on it, 4 cm off centre: the capsule slides off and lands flat in
+    step 59, whose solve stops at residual 4.3e-10 (35 Newton iterations and the
+    Lemke fallback) above the 1e-10 tolerance. The state is the one that run reached.
+    """
+    b = rbd.SceneBuilder(dim=3, mu=1.3)
+    b.add_static("ground", rbd.Plane())
+    q = ["-0x1.4f24630aaac6ep-6", "0x1.23dc9c79610b2p-49", "0x1.eb851eb851eb8p-5", "0x1.6a099f9ec7aabp-1"]
+    q += ["-0x1.4036582dccfcdp-47", "-0x1.6a0a2d3111f7dp-1", "-0x1.86e33b92d65a7p-50"]
+    v = ["-0x1.4bcb913293780p-3", "0x1.f7d713df965ecp-49", "-0x1.80ef42118e0b4p-2"]
+    v += ["-0x1.2877391fea6a4p-43", "-0x1.709c1d5a11ea7p+1", "-0x1.1bd9a3da69a5ep-45"]
+    _body_at(b, "capsule", rbd.Capsule(0.06, 0.13), 1.0, q, v)
+    stats = _one_step(b)
+    return f"converged {bool(stats.converged[0])}, residual {float(stats.residual[0]):.3g} (tolerance 1e-10)"
+
+
+if __name__ == "__main__":
+    for finding in (tilting_capsule_on_a_parallel_one, capsule_landing_flat):
+        print(f"{finding.__name__}: {finding()}")

@@ -1,0 +1,626 @@
+"""Issue 20 item 3: property-based hostile scenes (hypothesis).
+
+Random scenes of 1 to 8 bodies (spheres, capsules, boxes) on the ground plane z = 0:
+masses log-uniform in [1e-3, 1e3], mu in [0, 2] per body pair, one restitution e in
+[0, 1] per scene, random sizes, orientations (random, or aligned with the axes so
+that a box rests on a face), bodies placed exactly touching (gap 0) or above their
+support, zero or random velocities and spins. Every run asserts:
+
+- q, v, the impulses, the energy and the gradients are finite;
+- every step converged or reported (`traj.stats.converged`, and the status
+  `SOLVER_FAILED` where it did not): a drawn scene is well-posed (no initial overlap,
+  valid parameters), so no other status may appear. Steps that do not converge are
+  findings all the same: see the issue note (a 1000 kg body next to grams stops at
+  residual ~7e-10, above the absolute tolerance 1e-10, in impulse units);
+- quaternions have unit norm to QUAT_TOL;
+- inelastic `AnitescuPotra()` and `Poisson()` restitution (on `AnitescuPotra()`): the
+  energy kinetic + potential never increases by more than ENERGY_RTOL |E| in a step
+  (the velocity-level step dissipates: M(v+ - v_free) = J^T c with n^T v+ ⊥ c_n and
+  maximal dissipation, and symplectic Euler under gravity loses m g^2 h^2 / 2 per
+  step; Poisson's decompression never adds kinetic energy with one e per impact,
+  hence one e per scene);
+- `StewartTrinkle()`: no penetration beyond what the linearization of the step leaves
+  (`penetration_bound`);
+- jax.grad of a scalar of the final state with respect to mu, e, the masses
+  (inertias follow them) and the initial q and v is finite.
+
+Compile time dominates, so the scene STRUCTURE (number of bodies, their shape kinds,
+who is stacked on whom) is one of a few fixed `STRUCTURES`, each compiled once per
+scheme as one jitted value-and-gradient function whose inputs are the parameter
+VALUES (the leaves of the system and the state, replaced with `eqx.tree_at`).
+Hypothesis draws the structure and the values. The default run (FAST_STRUCTURES,
+FAST_EXAMPLES per scheme, derandomized) takes under a minute with its compiles; the
+`slow` tests draw LONG_EXAMPLES per scheme from every structure and run a few scenes
+for LONG_RUN_STEPS steps.
+
+Pairs without a closed-form collider (box-box, box-capsule) are excluded from the
+scenes (`SceneBuilder.exclude`): those bodies pass through each other.
+"""
+
+import dataclasses
+import functools
+import math
+import warnings
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+import jaxrbd as rbd
+
+H = 0.01  # step size (s)
+STEPS = 150  # steps of a hostile run: 1.5 s, every drop has landed and bounced
+LONG_RUN_STEPS = 10_000
+LONG_RUN_CHUNK = 1_000  # the long runs feed the final state of one simulate call into the next
+G = 9.81
+ENERGY_RTOL = 1e-9  # the energy never increases by more than this relative amount in a step
+QUAT_TOL = 1e-12  # | |quaternion| - 1 |
+GAP_ROUNDOFF = 1e-12  # metres: round-off of a gap and the solver's tolerance on the normal rows
+FAST_EXAMPLES = 5  # per scheme, in the default run
+LONG_EXAMPLES = 100  # per scheme, in the slow run
+LONG_RUN_EXAMPLES = 2  # per scheme, slow: LONG_RUN_STEPS steps each
+
+# Ranges of the drawn values.
+MASS_DECADES = (-3.0, 3.0)  # log10 of the masses (kg)
+MU_MAX = 2.0
+SPHERE_RADIUS = (0.05, 0.2)
+CAPSULE_RADIUS = (0.05, 0.1)
+CAPSULE_HALF_LENGTH = (0.05, 0.2)
+BOX_HALF_EXTENT = (0.05, 0.2)
+MAX_DROP = 0.3  # metres above the support
+MAX_SPEED = 2.0  # per component (m/s)
+MAX_SPIN = 5.0  # per component (rad/s)
+MAX_STACK_OFFSET = 0.05  # horizontal offset of a stacked body from the body below it (m)
+COLUMN_SPACING = 1.0  # metres between the columns of bodies; wider than any two bodies
+
+
+@dataclasses.dataclass(frozen=True)
+class Structure:
+    """The static part of a scene: its bodies' shape kinds, and the body each one rests on (None: the ground)."""
+
+    kinds: tuple
+    support: tuple
+
+
+STRUCTURES = {
+    "box": Structure(("box",), (None,)),
+    "capsule_on_sphere": Structure(("sphere", "capsule"), (None, 0)),
+    "sphere_tower": Structure(("sphere", "sphere", "sphere"), (None, 0, 1)),
+    "mixed4": Structure(("box", "sphere", "capsule", "sphere"), (None, 0, None, 2)),
+    "mixed6": Structure(("capsule", "capsule", "box", "sphere", "sphere", "box"), (None, 0, None, 2, None, None)),
+    "mixed8": Structure(
+        ("box", "sphere", "sphere", "capsule", "sphere", "box", "capsule", "sphere"),
+        (None, 0, 1, None, 3, None, None, 6),
+    ),
+}
+FAST_STRUCTURES = ("mixed4",)
+# The default run checks gradients for these schemes (a gradient program compiles in twice the time of a
+# rollout); the slow run checks them for all.
+FAST_GRADIENTS = ("anitescu_potra",)
+NO_COLLIDER = ({"box"}, {"box", "capsule"})  # kind pairs that have no closed form (excluded)
+
+SCHEMES = {
+    "anitescu_potra": dict(scheme=rbd.AnitescuPotra(), restitution=None),
+    "poisson": dict(scheme=rbd.AnitescuPotra(), restitution=rbd.Poisson()),
+    "stewart_trinkle": dict(scheme=rbd.StewartTrinkle(), restitution=None),
+}
+DISSIPATIVE = ("anitescu_potra", "poisson")
+
+
+def _shape(kind, size):
+    if kind == "sphere":
+        return rbd.Sphere(size[0])
+    if kind == "capsule":
+        return rbd.Capsule(size[0], size[1])
+    return rbd.Box(jnp.asarray(size))
+
+
+def _columns(structure):
+    """(nb,) the column of each body: a grounded body opens a column, a stacked one joins its support's."""
+    columns = []
+    for k, below in enumerate(structure.support):
+        columns.append(max(columns, default=-1) + 1 if below is None else columns[below])
+    return columns
+
+
+@functools.cache
+def template(name):
+    """The scene of structure `name` with nominal values; runs replace its leaves."""
+    structure = STRUCTURES[name]
+    builder = rbd.SceneBuilder(dim=3)
+    builder.add_static("ground", rbd.Plane())
+    for k, (kind, column) in enumerate(zip(structure.kinds, _columns(structure))):
+        size = {"sphere": (0.1,), "capsule": (0.05, 0.1), "box": (0.1, 0.1, 0.1)}[kind]
+        height = 1.0 + k  # apart: the template only fixes the layout
+        builder.add_body(f"b{k}", _shape(kind, size), mass=1.0, position=(COLUMN_SPACING * column, 0.0, height))
+    for i, a in enumerate(structure.kinds):
+        for j in range(i + 1, len(structure.kinds)):
+            if {a, structure.kinds[j]} in NO_COLLIDER:
+                builder.exclude(f"b{i}", f"b{j}")
+    return builder.build()
+
+
+def _pairs(name):
+    """The body pairs of the candidate contacts, in first-seen order, and the pair of each contact."""
+    names = template(name).bodies.pair_names
+    unique = list(dict.fromkeys(names))
+    return unique, np.array([unique.index(p) for p in names])
+
+
+# Host-side geometry: the half height of a centrally symmetric shape about its centre.
+
+
+def _half_height(kind, size, R):
+    """The extent below (and above) the centre along z of a shape with rotation R."""
+    if kind == "sphere":
+        return size[0]
+    if kind == "capsule":
+        return size[1] * abs(R[2, 2]) + size[0]
+    return float(np.sum(np.abs(R[2]) * np.asarray(size)))
+
+
+def _reach(kind, size):
+    """The distance from the centre to the farthest point of the shape."""
+    if kind == "sphere":
+        return size[0]
+    if kind == "capsule":
+        return size[0] + size[1]
+    return float(np.linalg.norm(size))
+
+
+def _matrix(quat):
+    w, x, y, z = quat
+    return np.array(
+        [
+            [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
+            [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
+            [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)],
+        ]
+    )
+
+
+def _quaternion(orientation, angles):
+    """A unit quaternion: the identity, lying (90 degrees about x), or from three angles (z-y-x)."""
+    if orientation == "aligned":
+        return np.array([1.0, 0.0, 0.0, 0.0])
+    if orientation == "lying":
+        return np.array([math.sqrt(0.5), math.sqrt(0.5), 0.0, 0.0])
+    (cz, sz), (cy, sy), (cx, sx) = ((math.cos(a / 2), math.sin(a / 2)) for a in angles)
+    quat = np.array(
+        [
+            cz * cy * cx + sz * sy * sx,
+            cz * cy * sx - sz * sy * cx,
+            cz * sy * cx + sz * cy * sx,
+            sz * cy * cx - cz * sy * sx,
+        ]
+    )
+    return quat / np.linalg.norm(quat)
+
+
+@dataclasses.dataclass(frozen=True)
+class Draw:
+    """A drawn scene: the structure's name and every value a run takes (numpy arrays)."""
+
+    structure: str
+    sizes: tuple  # per body
+    mass: np.ndarray  # (nb,)
+    mu: np.ndarray  # (npairs,)
+    e: float
+    q: np.ndarray  # (7 nb,)
+    v: np.ndarray  # (6 nb,)
+
+    def __repr__(self):
+        return (
+            f"Draw(structure={self.structure!r}, sizes={self.sizes!r}, mass={self.mass.tolist()!r}, "
+            f"mu={self.mu.tolist()!r}, e={self.e!r}, q={self.q.tolist()!r}, v={self.v.tolist()!r})"
+        )
+
+
+def place(structure_name, sizes, mass, mu, e, orientations, gaps, offsets, velocities, spins):
+    """The `Draw` of a structure from per-body values; bodies rest on their support at the drawn gap.
+
+    A body's z is its support's top (the ground: 0) plus the drawn gap plus its own
+    half height. The support lies below the horizontal plane of its top and the body
+    above it, so no two bodies overlap, whatever their orientations; a gap of 0 is
+    exact touching when the extreme points meet (always on the ground).
+    """
+    structure = STRUCTURES[structure_name]
+    columns = _columns(structure)
+    q, top, xy = [], [], []
+    for k, kind in enumerate(structure.kinds):
+        quat = orientations[k]
+        half = _half_height(kind, sizes[k], _matrix(quat))
+        below = structure.support[k]
+        if below is None:
+            base, centre = 0.0, np.array([COLUMN_SPACING * columns[k], 0.0])
+        else:
+            base, centre = top[below], xy[below] + np.asarray(offsets[k])
+        z = base + gaps[k] + half
+        q.append(np.concatenate([centre, [z], quat]))
+        top.append(z + half)
+        xy.append(centre)
+    v = np.concatenate([np.concatenate([velocities[k], spins[k]]) for k in range(len(structure.kinds))])
+    return Draw(structure_name, tuple(sizes), np.asarray(mass), np.asarray(mu), float(e), np.concatenate(q), v)
+
+
+def _floats(lo, hi):
+    return st.floats(lo, hi, allow_nan=False, allow_infinity=False)
+
+
+def _vector3(bound):
+    return st.one_of(st.just((0.0, 0.0, 0.0)), st.tuples(*[_floats(-bound, bound)] * 3))
+
+
+def _size(kind):
+    if kind == "sphere":
+        return st.tuples(_floats(*SPHERE_RADIUS))
+    if kind == "capsule":
+        return st.tuples(_floats(*CAPSULE_RADIUS), _floats(*CAPSULE_HALF_LENGTH))
+    return st.tuples(*[_floats(*BOX_HALF_EXTENT)] * 3)
+
+
+@st.composite
+def scenes(draw, names):
+    """A `Draw` of one of the structures `names`."""
+    name = draw(st.sampled_from(names))
+    structure = STRUCTURES[name]
+    nb = len(structure.kinds)
+    sizes = [draw(_size(kind)) for kind in structure.kinds]
+    mass = [10.0 ** draw(_floats(*MASS_DECADES)) for _ in range(nb)]
+    orientations = []
+    for _ in range(nb):
+        kind = draw(st.sampled_from(("aligned", "lying", "random")))
+        angles = draw(st.tuples(*[_floats(-math.pi, math.pi)] * 3)) if kind == "random" else None
+        orientations.append(_quaternion(kind, angles))
+    gaps = [draw(st.one_of(st.just(0.0), _floats(0.0, MAX_DROP))) for _ in range(nb)]
+    offsets = [draw(st.tuples(*[_floats(-MAX_STACK_OFFSET, MAX_STACK_OFFSET)] * 2)) for _ in range(nb)]
+    velocities = [draw(_vector3(MAX_SPEED)) for _ in range(nb)]
+    spins = [draw(_vector3(MAX_SPIN)) for _ in range(nb)]
+    mu = [draw(_floats(0.0, MU_MAX)) for _ in _pairs(name)[0]]
+    e = draw(_floats(0.0, 1.0))
+    return place(name, sizes, mass, mu, e, orientations, gaps, offsets, velocities, spins)
+
+
+# The runs: one compiled function per (structure, scheme).
+
+
+class Values(eqx.Module):
+    """The traced inputs of a run."""
+
+    mass: jax.Array  # (nb,)
+    mu: jax.Array  # (nc,)
+    e: jax.Array  # (nc,)
+    q: jax.Array
+    v: jax.Array
+    sizes: dict  # {kind: {name: stacked sizes}}, not differentiated
+
+
+def values(d):
+    """The `Values` of a `Draw`."""
+    structure = STRUCTURES[d.structure]
+    _, contact_pair = _pairs(d.structure)
+    sizes = {}
+    for kind in ("sphere", "capsule", "box"):
+        rows = [s for s, k in zip(d.sizes, structure.kinds) if k == kind]
+        if not rows:
+            continue
+        rows = np.asarray(rows)
+        if kind == "sphere":
+            sizes[kind] = {"radius": rows[:, 0]}
+        elif kind == "capsule":
+            sizes[kind] = {"radius": rows[:, 0], "half_length": rows[:, 1]}
+        else:
+            sizes[kind] = {"half_extents": rows}
+    mu = d.mu[contact_pair]
+    return Values(
+        jnp.asarray(d.mass), jnp.asarray(mu), jnp.full(mu.shape, d.e), jnp.asarray(d.q), jnp.asarray(d.v), sizes
+    )
+
+
+def system_of(name, x):
+    """The template's system with the leaves of `x`: masses, inertias (mass times the shape's), sizes, mu, e."""
+    system = template(name).system
+    kinds = STRUCTURES[name].kinds
+    counters = {kind: 0 for kind in kinds}
+    inertia = []
+    for k, kind in enumerate(kinds):
+        i, counters[kind] = counters[kind], counters[kind] + 1
+        s = x.sizes[kind]
+        size = {
+            "sphere": lambda: (s["radius"][i],),
+            "capsule": lambda: (s["radius"][i], s["half_length"][i]),
+            "box": lambda: s["half_extents"][i],
+        }[kind]()
+        inertia.append(_shape(kind, size).inertia(x.mass[k]))
+    replaced = [lambda s: s.params.mass, lambda s: s.params.inertia, lambda s: s.mu, lambda s: s.restitution]
+    leaves = [x.mass, jnp.stack(inertia), x.mu, x.e]
+    for kind, arrays in x.sizes.items():
+        for key, value in arrays.items():
+            replaced.append(lambda s, kind=kind, key=key: s.params.shapes[kind][key])
+            leaves.append(value)
+    return eqx.tree_at(lambda s: tuple(f(s) for f in replaced), system, tuple(leaves))
+
+
+def _simulate(name, scheme, x, steps):
+    system = system_of(name, x)
+    state = rbd.State(jnp.zeros((), x.q.dtype), x.q, x.v)
+    traj = rbd.simulate(system, state, dt=H, steps=steps, **SCHEMES[scheme])
+    energy = jax.vmap(system.energy)(traj.q, traj.v)
+    gaps = jax.vmap(lambda q: system.contacts(q).gap)(traj.q)
+    return traj, energy, gaps
+
+
+def final_scalar(traj):
+    """The scalar of the final state whose gradient is checked: every coordinate of q and v, summed."""
+    return jnp.sum(traj.q[-1]) + jnp.sum(traj.v[-1])
+
+
+@functools.cache
+def run_with_gradient(name, scheme):
+    """jit: Values -> ((scalar, (traj, energy, gaps)), gradient Values), compiled once per structure and scheme."""
+
+    def loss(mass, mu, e, q, v, sizes):
+        out = _simulate(name, scheme, Values(mass, mu, e, q, v, sizes), STEPS)
+        return final_scalar(out[0]), out
+
+    def run(x):
+        value, gradient = jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4), has_aux=True)(
+            x.mass, x.mu, x.e, x.q, x.v, x.sizes
+        )
+        return value, Values(*gradient, sizes=None)
+
+    return jax.jit(run)
+
+
+@functools.cache
+def run_forward(name, scheme, steps=STEPS):
+    """jit: Values -> (traj, energy, gaps) over `steps` steps, without the gradient."""
+    return jax.jit(lambda x: _simulate(name, scheme, x, steps))
+
+
+# The invariants.
+
+
+def _body_index(name):
+    """The index of a moving body from its template name ("b3" -> 3); None for the ground."""
+    return None if name == "ground" else int(name[1:])
+
+
+def penetration_bound(d, traj):
+    """(steps, npairs) the deepest penetration the Stewart-Trinkle step may leave between each body pair (metres).
+
+    The step keeps the linearized gap f(q) + J_n dq >= 0 of every contact (no
+    activation distance), and the next step's position-level row pushes any
+    penetration out again, so bounds do not accumulate. What is left is the
+    second-order remainder of the rigid motion over the step:
+
+    - a translation leaves none: every gap here is affine (a point against the
+      plane) or convex (a signed distance between convex shapes) in the relative
+      translation of its two shapes, so it never ends below its linearization;
+      gravity adds nothing, the gap being affine in the centres;
+    - a rotation by theta of a body whose contact lies within L of its centre
+      moves it off its tangent line by at most L (1 - cos theta) + L (theta - sin
+      theta) <= L (theta^2 / 2 + theta^3 / 6), with L = rho_a + rho_b (the reaches of
+      the two shapes, 0 for the ground);
+    - seen from a rotating body the other one's relative translation dp turns with
+      it: at most theta |dp|.
+
+    theta and dp are each step's rotation angles and displacements of the centres,
+    from q. The initial penetration (round-off of exact touching) is added to the
+    first step's bound by `check_run`; GAP_ROUNDOFF covers the gaps' round-off and
+    the solver's tolerance on the rows.
+    """
+    structure = STRUCTURES[d.structure]
+    nb = len(structure.kinds)
+    reach = np.array([_reach(kind, size) for kind, size in zip(structure.kinds, d.sizes)] + [0.0])
+    q = np.asarray(traj.q).reshape(traj.q.shape[0], nb, 7)
+    cos_half = np.clip(np.abs(np.sum(q[1:, :, 3:] * q[:-1, :, 3:], -1)), 0.0, 1.0)
+    theta = np.concatenate([2 * np.arccos(cos_half), np.zeros((q.shape[0] - 1, 1))], -1)  # (steps, nb + 1)
+    dp = np.concatenate([np.diff(q[:, :, :3], axis=0), np.zeros((q.shape[0] - 1, 1, 3))], 1)
+    bounds = []
+    for a, b in _pairs(d.structure)[0]:
+        i, j = (nb if k is None else k for k in (_body_index(a), _body_index(b)))
+        rotation = (reach[i] + reach[j]) * (theta[:, i] ** 2 / 2 + theta[:, i] ** 3 / 6)
+        rotation += (reach[i] + reach[j]) * (theta[:, j] ** 2 / 2 + theta[:, j] ** 3 / 6)
+        cross = (theta[:, i] + theta[:, j]) * np.linalg.norm(dp[:, j] - dp[:, i], axis=-1)
+        bounds.append(rotation + cross)
+    return np.stack(bounds, -1) + GAP_ROUNDOFF
+
+
+def check_run(d, scheme, traj, energy, gaps, gradient=None):
+    """Assert the invariants of the module docstring on one run; messages name the scene."""
+    leaves = [traj.q, traj.v, energy, *jax.tree_util.tree_leaves(traj.impulses)]
+    assert all(bool(jnp.all(jnp.isfinite(x))) for x in leaves), f"non-finite state or impulse: {d!r}"
+    converged, status = np.asarray(traj.stats.converged), np.asarray(traj.stats.status)
+    reported = converged | (status == rbd.StepStatus.SOLVER_FAILED)
+    assert reported.all(), (
+        f"{scheme}: steps {np.flatnonzero(~reported).tolist()} neither converged nor reported a failed solve "
+        f"(status {status[~reported].tolist()}): {d!r}"
+    )
+    norms = np.linalg.norm(np.asarray(traj.q).reshape(traj.q.shape[0], -1, 7)[..., 3:], axis=-1)
+    assert np.abs(norms - 1).max() <= QUAT_TOL, f"quaternion norm off by {np.abs(norms - 1).max():.3g}: {d!r}"
+    E = np.asarray(energy)
+    if scheme in DISSIPATIVE:
+        gain = np.diff(E) / np.abs(E[:-1])
+        worst = int(np.argmax(gain))
+        assert gain[worst] <= ENERGY_RTOL, (
+            f"{scheme}: energy rose by {gain[worst]:.3g} relative in step {worst} "
+            f"({E[worst]!r} -> {E[worst + 1]!r}): {d!r}"
+        )
+    if scheme == "stewart_trinkle":
+        _, contact_pair = _pairs(d.structure)
+        gaps = np.asarray(gaps)
+        depth = np.stack(
+            [-np.minimum(gaps[:, contact_pair == k].min(-1), 0.0) for k in range(contact_pair.max() + 1)], -1
+        )
+        bound = penetration_bound(d, traj)
+        bound[0] += depth[0]
+        over = depth[1:] - bound
+        step, pair = np.unravel_index(np.argmax(over), over.shape)
+        assert over[step, pair] <= 0, (
+            f"pair {_pairs(d.structure)[0][pair]}: penetration {depth[step + 1, pair]:.3g} m after step {step} "
+            f"exceeds its bound {bound[step, pair]:.3g} m: {d!r}"
+        )
+    if gradient is not None:
+        for field in ("mass", "mu", "e", "q", "v"):
+            g = np.asarray(getattr(gradient, field))
+            assert np.all(np.isfinite(g)), f"{scheme}: gradient with respect to {field} is not finite: {d!r}"
+
+
+def run_and_check(d, scheme, gradient=True):
+    if gradient:
+        (_, (traj, energy, gaps)), grad = run_with_gradient(d.structure, scheme)(values(d))
+    else:
+        (traj, energy, gaps), grad = run_forward(d.structure, scheme)(values(d)), None
+    check_run(d, scheme, traj, energy, gaps, grad)
+
+
+def long_run_and_check(d, scheme, steps=LONG_RUN_STEPS):
+    """`steps` steps in chunks of LONG_RUN_CHUNK (one compiled function), each chunk checked."""
+    x = values(d)
+    for _ in range(steps // LONG_RUN_CHUNK):
+        traj, energy, gaps = run_forward(d.structure, scheme, LONG_RUN_CHUNK)(x)
+        check_run(d, scheme, traj, energy, gaps)
+        x = Values(x.mass, x.mu, x.e, traj.q[-1], traj.v[-1], x.sizes)
+
+
+# Derandomized and without an example database: the same scenes in every run, nothing recorded. No
+# shrinking: a run takes seconds and hypothesis would spend minutes; the regression tests below hold
+# the failures found, shrunk by hand.
+FAST = settings(
+    max_examples=FAST_EXAMPLES,
+    derandomize=True,
+    database=None,
+    deadline=None,
+    print_blob=False,
+    phases=(Phase.explicit, Phase.generate),
+    suppress_health_check=[HealthCheck.too_slow],
+)
+LONG = settings(FAST, max_examples=LONG_EXAMPLES)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+@FAST
+@given(d=scenes(FAST_STRUCTURES))
+def test_hostile_scenes(scheme, d):
+    run_and_check(d, scheme, gradient=scheme in FAST_GRADIENTS)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scheme", SCHEMES)
+@LONG
+@given(d=scenes(tuple(STRUCTURES)))
+def test_hostile_scenes_long(scheme, d):
+    run_and_check(d, scheme)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scheme", SCHEMES)
+@settings(LONG, max_examples=LONG_RUN_EXAMPLES)
+@given(d=scenes(tuple(STRUCTURES)))
+def test_hostile_scenes_ten_thousand_steps(scheme, d):
+    long_run_and_check(d, scheme)
+
+
+# Regressions: the minimal scenes of failures this suite found, fixed since. The findings still open
+# (a tilting capsule on a parallel one, a capsule landing flat) are `benchmarks/hostile_findings.py`.
+
+
+def test_contact_sweeps_reports_convergence_of_a_ball_in_flight():
+    """A ball in free flight, 0.9 m above the ground and moving sideways: nothing to solve.
+
+    Found on `mixed8` (the one structure large enough for `ContactSweeps`): every
+    step of every scene with a body in flight reported converged=False. The motion
+    is right (the exact symplectic-Euler free flight, as with the dense step); the
+    residual is not: 0.286 with `AnitescuPotra()` and 1.0 with
+    `StewartTrinkle(delta=1e-3)`, from the friction rows of the contact that the
+    activation distance leaves out of the step.
+    """
+    b = rbd.SceneBuilder(dim=3, mu=0.5)
+    b.add_static("ground", rbd.Plane())
+    b.add_body("ball", rbd.Sphere(0.1), mass=1.0, position=(0.0, 0.0, 1.0), velocity=(1.0, 0.0, 0.0))
+    scene = b.build()
+    k = np.arange(4)
+    exact = np.stack([H * k, 0 * k, 1.0 - G * H**2 * k * (k + 1) / 2], -1)  # symplectic Euler in free flight
+    for scheme in (rbd.AnitescuPotra(), rbd.StewartTrinkle(delta=1e-3)):
+        traj = rbd.simulate(*scene, dt=H, steps=3, scheme=scheme, solver=rbd.ContactSweeps())
+        np.testing.assert_allclose(np.asarray(traj.q[:, :3]), exact, rtol=0, atol=1e-15)
+        residual = np.asarray(traj.stats.residual)
+        assert bool(jnp.all(traj.stats.converged)), f"{type(scheme).__name__}: residuals {residual}"
+
+
+def _body_at(builder, name, shape, mass, q_hex, v_hex):
+    """Add a body at the exact state (float.hex) a failing run reached."""
+    q, v = [float.fromhex(x) for x in q_hex], [float.fromhex(x) for x in v_hex]
+    builder.add_body(name, shape, mass=mass, position=q[:3], orientation=q[3:], velocity=v[:3], angular_velocity=v[3:])
+
+
+def _one_step(builder):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the exact states overlap by round-off
+        scene = builder.build()
+    traj = rbd.simulate(*scene, dt=H, steps=1)
+    return traj.stats
+
+
+def test_stewart_trinkle_converges_for_a_heavy_box_landing_beside_a_ball():
+    """A 1000 kg box landing on an edge at 1.03 m/s, turning at 4.7 rad/s, with a 1 kg ball at rest 1.8 m away.
+
+    Found on `mixed4` (box of 1000 kg, sphere of 1.6 g stacked on it): the step
+    stops at residual 2.4e-8 (Newton and the Lemke fallback). Without the ball, or
+    with mu 0.5 for the box, it converges; with the ball anywhere in the scene, at
+    rest or in flight, and a box of 10 to 1000 kg, it does not. The box's state is
+    the one that run reached.
+    """
+    b = rbd.SceneBuilder(dim=3)
+    b.add_static("ground", rbd.Plane())
+    q = ["0x1.6acbd1fff3de0p-3", "-0x1.946b3125b8aafp-3", "0x1.9a0d7887ee85bp-5", "0x1.e162ab4c7667ep-8"]
+    q += ["-0x1.e3a6f5d5d9969p-8", "0x1.6a04f2424892ap-1", "-0x1.6a04ce19496a1p-1"]
+    v = ["0x1.4b19e0694fb44p-3", "-0x1.3400f75292342p-2", "-0x1.06c68030cdea4p+0"]
+    v += ["0x1.02616a3a43e07p+2", "0x1.34df86a036807p+1", "-0x1.09dbc12940baap-5"]
+    _body_at(b, "box", rbd.Box((0.1042741872130418, 0.05, 0.19055139759095951)), 1000.0, q, v)
+    b.add_body("ball", rbd.Sphere(0.1), mass=1.0, position=(2.0, 0.0, 0.1))
+    b.set_pair("ground", "box", mu=0.7828483978823078)
+    b.set_pair("ground", "ball", mu=0.5)
+    b.set_pair("box", "ball", mu=0.5)
+    stats = _one_step(b)
+    assert bool(stats.converged[0]), f"residual {float(stats.residual[0]):.3g}"
+
+
+def test_stewart_trinkle_converges_with_three_bodies_far_apart():
+    """A 1.1 g capsule touching the ground, an 11 g ball rolling 2 m away, a 1 kg box rising 3 m away.
+
+    Found on `mixed6`: the bodies are 1 to 3 m apart (their mutual contacts have
+    gaps of 1 to 2 m), yet the step stops at residual 0.26 (Newton and the Lemke
+    fallback); any one or two of them alone converge, and so do all three without
+    the body-body contacts (`collide_bodies=False`) or with a capsule of 1 kg. The
+    states are the ones that run reached in its step 2.
+    """
+    b = rbd.SceneBuilder(dim=3)
+    b.add_static("ground", rbd.Plane())
+    q = ["0x1.8fd909e781177p-19", "-0x1.11bb724fb906ep-11", "0x1.9ad373ac06f9dp-3", "-0x1.b6e2d0904f4e6p-4"]
+    q += ["0x1.28e8a528b3d66p-1", "0x1.96c5c485b1b09p-1", "0x1.29116bf901e3ep-3"]
+    v = ["0x1.a0a55af4317b0p-13", "-0x1.1d3b6793d4a0ep-5", "-0x1.189a3fca5a200p-7"]
+    v += ["0x1.635311298f43ap-3", "0x1.038410f9acf88p-10", "-0x1.7aa7a7b550668p-55"]
+    _body_at(b, "capsule", rbd.Capsule(0.07, 0.1396838588532503), 0.0011351170702360602, q, v)
+    q = ["0x1.ff86462403892p+0", "-0x1.ef94e8ea394e2p-14", "0x1.7c92a0f39af86p-4", "0x1.68be3ab6a16d2p-1"]
+    q += ["0x1.6ac1f7a4f16d6p-1", "-0x1.2fc6c64b83eacp-5", "-0x1.d9dc82d401713p-7"]
+    v = ["-0x1.bd643c37de110p-4", "-0x1.832c55f6fcc56p-7", "0x0.0p+0"]
+    v += ["0x1.04709da39de5cp-3", "-0x1.2b9a06be6c3fap+0", "-0x1.d2c9ca3ef1e71p+1"]
+    _body_at(b, "ball", rbd.Sphere(0.0929132735415675), 0.011237047723897399, q, v)
+    q = ["0x1.80d45a591eefep+1", "0x1.31c252128049cp-6", "0x1.3dc4e24297cb7p-4", "0x1.0p+0", "0x0.0p+0", "0x0.0p+0"]
+    q += ["0x0.0p+0"]
+    v = ["0x1.4bcd2b4056e08p-2", "0x1.ddbfa03ce8734p-1", "0x1.5478b89e3bf20p+0", "0x0.0p+0", "0x0.0p+0", "0x0.0p+0"]
+    _body_at(b, "box", rbd.Box((0.10047098474529056, 0.16856044412899424, 0.05)), 1.0, q, v)
+    b.exclude("capsule", "box")
+    b.set_pair("ground", "capsule", mu=1.3847552319250533)
+    b.set_pair("ground", "ball", mu=0.7849234011229054)
+    b.set_pair("ground", "box", mu=0.5)
+    b.set_pair("capsule", "ball", mu=0.0)
+    b.set_pair("ball", "box", mu=0.0)
+    stats = _one_step(b)
+    assert bool(stats.converged[0]), f"residual {float(stats.residual[0]):.3g}"
