@@ -34,9 +34,10 @@ the state, replaced with `eqx.tree_at`). Hypothesis draws the structure and the
 values. The default run draws FAST_EXAMPLES scenes per scheme from FAST_STRUCTURES
 (4 bodies of every kind, two of them stacked), derandomized, with gradients for
 FAST_GRADIENTS (a gradient program compiles in twice the time of a rollout): three
-compiles, about a minute on two busy cores. The `slow` tests draw LONG_EXAMPLES
+compiles, about a minute on two busy cores. The long profile draws LONG_EXAMPLES
 scenes per scheme from every structure with gradients, and LONG_RUN_EXAMPLES per
-scheme for LONG_RUN_STEPS steps.
+scheme for LONG_RUN_STEPS steps; it finds open defects, so it runs from
+`benchmarks/hostile_findings.py --long` until it passes, then joins the slow set.
 
 Pairs without a closed-form collider (box-box, box-capsule) are excluded from the
 scenes (`SceneBuilder.exclude`): those bodies pass through each other.
