@@ -10,6 +10,8 @@ draw per scheme; it belongs in the slow set once it passes.
 """
 
 import math
+import pathlib
+import sys
 import warnings
 
 import jax
@@ -121,6 +123,27 @@ def heavy_spinning_ball_on_a_light_box():
     return "; ".join(out) + " (tolerance 1e-10)"
 
 
+def long_profile():
+    """The hostile suite's long profile, per scheme: 'passed' or the first failure with its draw."""
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))
+    from hypothesis import given, settings
+    from test_hostile import LONG, LONG_RUN_EXAMPLES, SCHEMES, STRUCTURES, long_run_and_check, run_and_check, scenes
+
+    for scheme in SCHEMES:
+        for name, check, profile in (
+            ("long", run_and_check, LONG),
+            ("10^4 steps", long_run_and_check, settings(LONG, max_examples=LONG_RUN_EXAMPLES)),
+        ):
+            run = profile(given(d=scenes(tuple(STRUCTURES)))(lambda d: check(d, scheme)))
+            try:
+                run()
+                print(f"{scheme}, {name}: passed")
+            except AssertionError as err:
+                print(f"{scheme}, {name}: FAILED {str(err)[:2000]}")
+
+
 if __name__ == "__main__":
     for finding in (tilting_capsule_on_a_parallel_one, capsule_landing_flat, heavy_spinning_ball_on_a_light_box):
         print(f"{finding.__name__}: {finding()}")
+    if "--long" in sys.argv:
+        long_profile()
