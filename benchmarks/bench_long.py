@@ -12,92 +12,45 @@ python benchmarks/bench_long.py [--steps 100000] [--chunk 10000] [--scenes box s
 """
 
 import argparse
-import time
+import functools
+import pathlib
+import sys
 
 import jax
 
 jax.config.update("jax_enable_x64", True)
 
-import numpy as np
-from tqdm import tqdm
+from tqdm import tqdm  # noqa: E402
 
-import jaxrbd as rbd
+import jaxrbd as rbd  # noqa: E402
 
-H = 0.01
-MU = 0.5
-RADIUS = 0.1
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))
+from test_long_runs import MU, sphere_tower  # noqa: E402
+from test_long_runs import SCENES as TESTED
+from test_long_runs import long_run as run_chunks
 
-
-def resting_box():
-    """A 0.2 m cube of 1 kg resting on a face, its centre at its half height."""
-    b = rbd.SceneBuilder(dim=3, mu=MU)
-    b.add_static("ground", rbd.Plane())
-    b.add_body("box", rbd.Box((0.1, 0.1, 0.1)), mass=1.0, position=(0.0, 0.0, 0.1))
-    return b.build()
-
-
-def sphere_tower(n=3, mu=0.0):
-    """n balls of radius RADIUS and 1 kg, each resting on the one below, the lowest on the ground; frictionless.
-
-    The tower is an unstable equilibrium (an inverted pendulum: a perturbation grows
-    like exp(t sqrt(g / r)) roughly). Without friction every impulse is along the
-    exactly vertical normals and it stays; with friction the solver's tangential
-    impulses at rest, ~1e-17 N s from the round-off of the polyhedral directions,
-    seed the unstable mode and the tower falls after about 5 s (500 steps).
-    """
-    b = rbd.SceneBuilder(dim=3, mu=mu)
-    b.add_static("ground", rbd.Plane())
-    for k in range(n):
-        b.add_body(f"ball{k}", rbd.Sphere(RADIUS), mass=1.0, position=(0.0, 0.0, RADIUS * (2 * k + 1)))
-    return b.build()
-
-
-def resting_grid():
-    """`sphere_grid(64)` with the balls on the table instead of 0.5 m above it."""
-    return rbd.scenes.sphere_grid(64, radius=RADIUS, height=RADIUS)
-
-
-SCENES = {
-    "box": resting_box,
-    "sphere_tower": sphere_tower,
-    "sphere_grid_64": resting_grid,
-    "tower_mu_0.5": lambda: sphere_tower(mu=MU),  # falls: shows the instability (not in the default list)
-}
-DEFAULT_SCENES = ["box", "sphere_tower", "sphere_grid_64"]
+SCENES = {**TESTED, "tower_mu_0.5": lambda: sphere_tower(mu=MU)}  # the last falls: it shows the instability
+DEFAULT_SCENES = list(TESTED)
 
 
 def long_run(name, steps, chunk):
     """The row of one scene: drift, energy change, quaternion error, unconverged steps, timings."""
     scene = SCENES[name]()
-    system, state = scene
-    model = scene.bodies
-    run = jax.jit(lambda s: rbd.simulate(system, s, dt=H, steps=chunk))
-    p0 = np.asarray(model.positions(state.q))
-    energy0 = float(system.energy(state.q, state.v))
-    drift = quat_error = 0.0
-    unconverged, times = 0, []
-    for _ in tqdm(range(steps // chunk), desc=name, unit="chunk", leave=False):
-        start = time.perf_counter()
-        traj = jax.block_until_ready(run(state))
-        times.append(time.perf_counter() - start)
-        drift = max(drift, float(np.abs(np.asarray(model.positions(traj.q)) - p0).max()))
-        norms = np.linalg.norm(np.asarray(model.orientations(traj.q)), axis=-1)
-        quat_error = max(quat_error, float(np.abs(norms - 1).max()))
-        unconverged += int(np.sum(~np.asarray(traj.stats.converged)))
-        state = rbd.State(traj.t[-1], traj.q[-1], traj.v[-1])
-    later = float(np.median(times[1:])) if len(times) > 1 else times[0]
+    bar = functools.partial(tqdm, desc=name, unit="chunk", leave=False)
+    r = run_chunks(scene, steps, chunk, progress=bar)
+    energy0, energy = r["energy"]
     return dict(
         scene=name,
-        bodies=model.nbodies,
-        solver=rbd.choose_solver(system, state).name,
-        steps=len(times) * chunk,
-        drift=drift,
-        energy_change=float(system.energy(state.q, state.v)) - energy0,
+        bodies=scene.bodies.nbodies,
+        solver=rbd.choose_solver(*scene).name,
+        steps=steps // chunk * chunk,
+        drift=r["drift"],
+        energy_change=energy - energy0,
         energy0=energy0,
-        quaternion_error=quat_error,
-        unconverged=unconverged,
-        compile_s=times[0] - later,
-        per_1e4_s=later * 1e4 / chunk,
+        quaternion_error=r["quaternion_error"],
+        unconverged=r["unconverged"],
+        compile_s=r["compile_s"],
+        per_1e4_s=r["seconds_per_chunk"] * 1e4 / chunk,
     )
 
 

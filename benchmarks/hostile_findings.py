@@ -12,7 +12,6 @@ draw per scheme; it belongs in the slow set once it passes.
 import math
 import pathlib
 import sys
-import warnings
 
 import jax
 
@@ -23,23 +22,10 @@ import numpy as np  # noqa: E402
 
 import jaxrbd as rbd  # noqa: E402
 
-H = 0.01
-GAP_ROUNDOFF = 1e-12
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))
+from test_hostile import GAP_ROUNDOFF, H, _body_at, _one_step  # noqa: E402
+
 LYING = (math.sqrt(0.5), math.sqrt(0.5), 0.0, 0.0)  # a shape's z axis along -y
-
-
-def _body_at(builder, name, shape, mass, q_hex, v_hex):
-    """Add a body at the exact state (float.hex) a failing run reached."""
-    q, v = [float.fromhex(x) for x in q_hex], [float.fromhex(x) for x in v_hex]
-    builder.add_body(name, shape, mass=mass, position=q[:3], orientation=q[3:], velocity=v[:3], angular_velocity=v[3:])
-
-
-def _one_step(builder):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the exact states overlap by round-off
-        scene = builder.build()
-    traj = rbd.simulate(*scene, dt=H, steps=1)
-    return traj.stats
 
 
 def tilting_capsule_on_a_parallel_one():
@@ -125,7 +111,6 @@ def heavy_spinning_ball_on_a_light_box():
 
 def long_profile():
     """The hostile suite's long profile, per scheme: 'passed' or the first failure with its draw."""
-    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))
     from hypothesis import given, settings
     from test_hostile import LONG, LONG_RUN_EXAMPLES, SCHEMES, STRUCTURES, long_run_and_check, run_and_check, scenes
 

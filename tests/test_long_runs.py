@@ -67,12 +67,13 @@ def resting_grid():
 SCENES = {"box": resting_box, "sphere_tower": sphere_tower, "sphere_grid_64": resting_grid}
 
 
-def long_run(scene, steps=STEPS, chunk=CHUNK):
+def long_run(scene, steps=STEPS, chunk=CHUNK, progress=iter):
     """Run `steps` steps in chunks; returns the worst drift, quaternion error, the energies and timings.
 
     Returns a dict: drift (m), quaternion_error, energy (initial, final), unconverged
     (number of steps), compile_s (the first chunk's extra time), seconds_per_chunk
-    (the median of the chunks after the first).
+    (the median of the chunks after the first). progress wraps the chunks' range
+    (`benchmarks/bench_long.py` passes a tqdm bar).
     """
     system, state = scene
     model = scene.bodies
@@ -81,7 +82,7 @@ def long_run(scene, steps=STEPS, chunk=CHUNK):
     energy0 = float(system.energy(state.q, state.v))
     drift = quat_error = 0.0
     unconverged, times = 0, []
-    for _ in range(steps // chunk):
+    for _ in progress(range(steps // chunk)):
         start = time.perf_counter()
         traj = jax.block_until_ready(run(state))
         times.append(time.perf_counter() - start)
