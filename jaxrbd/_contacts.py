@@ -53,6 +53,10 @@ class Contacts(eqx.Module):
         nv: static number of velocity coordinates.
         tangents: static number of tangent directions (1: t, 2: t and o).
         torsion: static, whether the torsional row J_r exists.
+        limits: static number of joint-range stops at the end of the record
+            (`jaxrbd.bodies.BodyModel.limit_rows`): frictionless rows (mu = 0, zero
+            friction rows) whose gap is the distance of a joint coordinate to its
+            limit and whose normal row is the coordinate's rate row.
     """
 
     gap: jax.Array
@@ -72,6 +76,7 @@ class Contacts(eqx.Module):
     nv: int = eqx.field(static=True, default=0)
     tangents: int = eqx.field(static=True, default=2)
     torsion: bool = eqx.field(static=True, default=False)
+    limits: int = eqx.field(static=True, default=0)
 
     @property
     def size(self):

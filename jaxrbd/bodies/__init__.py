@@ -23,3 +23,4 @@ from ._builder import SceneBuilder as SceneBuilder
 from ._model import BodyModel as BodyModel
 from ._model import BodyParams as BodyParams
 from ._model import JointParams as JointParams
+from ._model import MotorParams as MotorParams

@@ -24,7 +24,7 @@ from .._validate import as_float, check_inertia, check_value, is_traced
 from ..dynamics import project_to_joints
 from ..geometry import BroadPhase, PairGroup
 from ..model import Scene, State
-from ._model import JOINT_KINDS, JOINT_TOL, BodyModel, BodyParams, JointParams
+from ._model import JOINT_KINDS, JOINT_TOL, BodyModel, BodyParams, JointParams, MotorParams
 
 GRAVITY = 9.81
 OVERLAP_TOL = 1e-9  # an initial gap below -OVERLAP_TOL is reported as an overlap
@@ -134,7 +134,7 @@ class SceneBuilder:
         self.broadphase = broadphase
         self._bodies, self._statics = [], []
         self._pairs, self._excluded, self._included = {}, set(), set()
-        self._joints = []
+        self._joints, self._motors = [], []
 
     def _names(self):
         return [b.name for b in self._bodies] + [name for name, _ in self._statics]
@@ -271,7 +271,20 @@ class SceneBuilder:
         """Contacts between moving bodies a and b even with collide_bodies=False."""
         self._included.add(self._known(a, b))
 
-    def add_joint(self, name, kind, a, b=None, *, anchor=None, anchor_a=None, anchor_b=None, axis=None):
+    def add_joint(
+        self,
+        name,
+        kind,
+        a,
+        b=None,
+        *,
+        anchor=None,
+        anchor_a=None,
+        anchor_b=None,
+        axis=None,
+        range=None,
+        restitution=0.0,
+    ):
         """Add a bilateral joint between moving body a and body b (None: the world); returns its name.
 
         The joint point is either `anchor`, a world point at the initial
@@ -281,15 +294,31 @@ class SceneBuilder:
         projects the state onto g(q) = 0. The two bodies do not collide with each
         other (`include` restores it).
 
+        A range adds one unilateral row per finite limit, a frictionless stop that
+        every scheme treats like a contact normal (gap = coordinate - lo >= 0 and
+        hi - coordinate >= 0; `BodyModel.joint_coordinates`). The coordinate is
+        zero at the initial configuration given here: a hinge's angle of a relative
+        to b about the axis (right-handed), a slide's displacement of a's anchor
+        from b's along the axis. A 3D hinge angle is measured in the window
+        (c - pi, c + pi], c = (lo + hi) / 2 for a finite range and lo + pi/2 (or
+        hi - pi/2) for a one-sided one: a 3D hinge must not turn past the far end
+        of that window (planar angles are unwrapped).
+
         Args:
             name: a unique joint name.
-            kind: "ball" (the points coincide: 3 rows; 2 in planar scenes) or
+            kind: "ball" (the points coincide: 3 rows; 2 in planar scenes),
                 "revolute" (a hinge: in 3D also the axis is shared, 5 rows; in planar
-                scenes the same as "ball").
+                scenes the same as "ball") or "slide" (prismatic, 3D only: the axis
+                is shared, the relative rotation locked, translation free along the
+                axis; 5 rows).
             a, b: body names; b None or "world" for the world.
             anchor: (dim,) world point; or anchor_a and anchor_b, (dim,) each.
-            axis: (3,) the hinge axis in the world frame at the initial
-                configuration (revolute joints in 3D).
+            axis: (3,) the hinge or slide axis in the world frame at the initial
+                configuration (revolute joints in 3D, slide joints).
+            range: (lo, hi) the joint's limits, radians (revolute) or metres
+                (slide), lo < hi; -inf or inf for a one-sided range. None: no stops.
+            restitution: in [0, 1], the restitution of the range's stops, used by the
+                impact law given to `simulate` (`rbd.Newton()`, `rbd.Poisson()`).
         """
         if not isinstance(name, str) or not name or name in [j[0] for j in self._joints]:
             raise ValueError(f"a joint needs a new non-empty string name, got {name!r}")
@@ -314,23 +343,104 @@ class SceneBuilder:
         else:
             anchor_a = _vector(f"anchor_a of joint {name!r}", anchor_a, d)
             anchor_b = _vector(f"anchor_b of joint {name!r}", anchor_b, d)
-        if kind == "revolute" and d == 3:
+        if kind == "slide" and d == 2:
+            raise ValueError(f"joint {name!r}: slide joints are supported in 3D scenes only")
+        if kind in ("revolute", "slide") and d == 3:
             if axis is None:
-                raise ValueError(f"joint {name!r}: a revolute joint in 3D needs its axis")
+                raise ValueError(f"joint {name!r}: a {kind} joint in 3D needs its axis")
             axis = _vector(f"axis of joint {name!r}", axis, 3)
             if not is_traced(axis) and not np.linalg.norm(np.asarray(axis)) > 1e-12:
                 raise ValueError(f"joint {name!r}: axis must be a nonzero vector, got {axis}")
         elif axis is not None:
-            raise ValueError(f"joint {name!r}: axis applies only to revolute joints in 3D scenes")
-        self._joints.append((name, kind, a, b, anchor, anchor_a, anchor_b, axis))
+            raise ValueError(f"joint {name!r}: axis applies only to revolute and slide joints in 3D scenes")
+        limits = self._check_range(name, kind, range)
+        check_value(f"restitution of joint {name!r}", restitution, shape=(), unit_interval=True)
+        self._joints.append((name, kind, a, b, anchor, anchor_a, anchor_b, axis, limits, as_float(restitution)))
         if b != "world":
             self._excluded.add(frozenset((a, b)))
+        return name
+
+    def _check_range(self, name, kind, range):
+        """((lo, hi), (has lower stop, has upper stop)) of a joint range, or None; ValueError naming `range`."""
+        if range is None:
+            return None
+        if kind not in ("revolute", "slide"):
+            raise ValueError(f"joint {name!r}: range applies only to revolute and slide joints, got kind {kind!r}")
+        if isinstance(range, (str, bytes)) or not hasattr(range, "__len__") or len(range) != 2:
+            raise ValueError(f"joint {name!r}: range must be a pair (lo, hi), got {range!r}")
+        lo, hi = as_float(range[0]), as_float(range[1])
+        if is_traced(lo, hi):  # traced limits: both stops exist
+            return (lo, hi), (True, True)
+        flo, fhi = float(lo), float(hi)
+        unit = "rad" if kind == "revolute" else "m"
+        if math.isnan(flo) or math.isnan(fhi) or not flo < fhi:
+            raise ValueError(
+                f"joint {name!r}: range must have lo < hi (in {unit}, -inf or inf for no stop), got {range!r}"
+            )
+        if math.isinf(flo) and math.isinf(fhi):
+            raise ValueError(f"joint {name!r}: range ({flo}, {fhi}) has no finite limit; leave range=None")
+        if kind == "revolute" and self.dim == 3 and math.isfinite(fhi - flo) and not fhi - flo < 2 * math.pi:
+            raise ValueError(
+                f"joint {name!r}: a 3D hinge range must span less than one turn (hi - lo < 2 pi), got {range!r}"
+            )
+        return (lo, hi), (not math.isinf(flo), not math.isinf(fhi))
+
+    def add_motor(self, name, joint=None, *, body=None, force=None, torque=None, gear=1.0):
+        """Add a motor, one component of the control input u of `simulate(controls=...)`; returns its name.
+
+        The motors' order of declaration is the order of u (nu = the number of
+        motors). Either a joint motor: `joint` names a revolute or slide joint, and
+        u_k gear is the torque about the hinge axis on body a, with the opposite
+        torque on body b (a slide: the force along the axis on a's anchor, the
+        opposite on b's), positive in the direction of the joint coordinate
+        (`add_joint`'s range). Or a body motor: `body` names a moving body and one
+        of `force` or `torque` gives a world-frame direction (3,), and u_k gear
+        times it is applied at the body's centre of mass (planar scenes use the x,
+        y components of a force and the z component of a torque). The forces enter
+        the free motion as the applied forces and gravity do (`external_force`).
+
+        Args:
+            name: a unique motor name.
+            joint: a joint name (from `add_joint`); or None with `body`.
+            body: a moving body's name; or None with `joint`.
+            force, torque: (3,) the direction of a body motor (exactly one).
+            gear: the force or torque per unit of control (a scalar leaf).
+        """
+        if not isinstance(name, str) or not name or name in [m[0] for m in self._motors]:
+            raise ValueError(f"a motor needs a new non-empty string name, got {name!r}")
+        check_value(f"gear of motor {name!r}", gear, shape=())
+        if (joint is None) == (body is None):
+            raise ValueError(f"motor {name!r}: give either joint or body")
+        if joint is not None:
+            joints = {j[0]: j[1] for j in self._joints}
+            if joint not in joints:
+                raise ValueError(
+                    f"motor {name!r}: joint must name a joint added with add_joint, got {joint!r}; "
+                    f"joints: {list(joints)}"
+                )
+            if joints[joint] not in ("revolute", "slide"):
+                raise ValueError(
+                    f"motor {name!r}: joint {joint!r} is a {joints[joint]!r} joint; motors drive revolute and "
+                    "slide joints"
+                )
+            if force is not None or torque is not None:
+                raise ValueError(f"motor {name!r}: force and torque apply only to body motors (body=...)")
+            self._motors.append((name, "joint", joint, jnp.zeros(3), as_float(gear)))
+            return name
+        moving = [b.name for b in self._bodies]
+        if body not in moving:
+            raise ValueError(f"motor {name!r}: body must name a moving body, got {body!r}; moving bodies: {moving}")
+        if (force is None) == (torque is None):
+            raise ValueError(f"motor {name!r}: a body motor needs exactly one of force or torque (a direction)")
+        kind = "force" if force is not None else "torque"
+        direction = _vector(f"{kind} of motor {name!r}", force if force is not None else torque, 3)
+        self._motors.append((name, kind, body, direction, as_float(gear)))
         return name
 
     def _joint_params(self, q):
         """The static joint layout and its `JointParams`, from the initial configuration q."""
         if not self._joints:
-            return (), None
+            return (), None, ()
         index = {body.name: i for i, body in enumerate(self._bodies)}
         index["world"] = len(self._bodies)
         model = BodyModel(self.dim, tuple(index)[:-1], (), (), (), ())
@@ -339,8 +449,8 @@ class SceneBuilder:
         def pad(x):  # planar anchors (x, y) -> (x, y, 0)
             return jnp.concatenate([x, jnp.zeros(3 - x.shape[0], x.dtype)])
 
-        layout, leaves = [], []
-        for name, kind, a, b, anchor, anchor_a, anchor_b, axis in self._joints:
+        layout, leaves, limits = [], [], []
+        for j, (name, kind, a, b, anchor, anchor_a, anchor_b, axis, rng, e) in enumerate(self._joints):
             ia, ib = index[a], index[b]
             if anchor is not None:
                 x = pad(anchor)
@@ -352,10 +462,39 @@ class SceneBuilder:
             helper = jnp.where(jnp.abs(n_a[0]) < 0.9, jnp.array([1.0, 0.0, 0.0]), jnp.array([0.0, 1.0, 0.0]))
             u = jnp.cross(n_a, helper)
             u = u / jnp.linalg.norm(u)
+            perp_a = jnp.stack([u, jnp.cross(n_a, u)])
+            perp_b = (R[ib].T @ R[ia] @ perp_a.T).T  # the same world vectors in b's frame
+            (lo, hi), stops = rng if rng is not None else ((-jnp.inf, jnp.inf), (False, False))
+            lo, hi = as_float(lo), as_float(hi)
+            centre = jnp.where(
+                jnp.isfinite(lo) & jnp.isfinite(hi),
+                0.5 * (lo + hi),
+                jnp.where(jnp.isfinite(lo), lo + 0.5 * jnp.pi, jnp.where(jnp.isfinite(hi), hi - 0.5 * jnp.pi, 0.0)),
+            )
+            theta = model.orientations(q)
+            offset = (theta[ia] - (theta[ib] if ib < len(self._bodies) else 0.0)) if self.dim == 2 else 0.0
             layout.append((name, kind, ia, ib))
-            leaves.append((anchor_a, anchor_b, R[ib].T @ n, jnp.stack([u, jnp.cross(n_a, u)])))
-        stacked = [jnp.stack([as_float(x[i]) for x in leaves]) for i in range(4)]
-        return tuple(layout), JointParams(*stacked)
+            leaves.append((anchor_a, anchor_b, R[ib].T @ n, perp_a, perp_b, lo, hi, centre, offset, e))
+            limits += [(j, side) for side, stop in zip((1, -1), stops) if stop]
+        fields = ("anchor_a", "anchor_b", "axis_b", "perp_a", "perp_b", "lower", "upper", "centre", "offset")
+        fields += ("restitution",)
+        stacked = {f: jnp.stack([as_float(x[i]) for x in leaves]) for i, f in enumerate(fields)}
+        return tuple(layout), JointParams(**stacked), tuple(limits)
+
+    def _motor_params(self, joint_layout):
+        """The static motor layout and its `MotorParams` (None without motors)."""
+        if not self._motors:
+            return (), None
+        joints = [j[0] for j in joint_layout]
+        bodies = [b.name for b in self._bodies]
+        layout = tuple(
+            (name, kind, joints.index(target) if kind == "joint" else bodies.index(target))
+            for name, kind, target, _, _ in self._motors
+        )
+        params = MotorParams(
+            gear=jnp.stack([m[4] for m in self._motors]), direction=jnp.stack([m[3] for m in self._motors])
+        )
+        return layout, params
 
     def _body_pairs(self):
         moving = [b.name for b in self._bodies]
@@ -401,7 +540,8 @@ class SceneBuilder:
         pair_groups = tuple(_group(kinds, entries, self.broadphase) for kinds, entries in groups.items())
         # Contacts are ordered by group; within a group, in pair order.
         q0 = jnp.concatenate([b.q for b in self._bodies])
-        joint_layout, joint_params = self._joint_params(q0)
+        joint_layout, joint_params, limits = self._joint_params(q0)
+        motor_layout, motor_params = self._motor_params(joint_layout)
         mu, restitution, pair_names, pair_cones = [], [], [], []
         for kinds in groups:
             for key, na, nb_, sha, shb, capacity in contact_info:
@@ -428,7 +568,10 @@ class SceneBuilder:
             margin=self.margin,
             joints=joint_layout,
             overflow_distance=0.0 if self.broadphase is None else float(self.broadphase.distance),
+            limits=limits,
+            motors=motor_layout,
         )
+        pair_cones += [None] * len(limits)  # the stops of the joint ranges follow the contacts
         if model.dynamic and any(c is not None for c in pair_cones):
             raise ValueError("set_pair(friction=...) is not supported with a broad phase (broadphase=)")
         shapes = {
@@ -445,6 +588,8 @@ class SceneBuilder:
             torque=jnp.stack([b.torque for b in self._bodies]),
             shapes=shapes,
             joints=joint_params,
+            motors=motor_params,
+            control=None if motor_params is None else jnp.zeros(len(motor_layout), motor_params.gear.dtype),
         )
         cone = self._cone(pair_cones)
         system = model.system(params, jnp.stack(mu), jnp.stack(restitution), self.directions, cone)
@@ -496,6 +641,8 @@ def _warn_overlaps(model, params, q):
     contacts = jax.jit(model.contacts)(q, params)
     worst = {}
     for i, g in zip(np.asarray(contacts.index), np.asarray(contacts.gap)):
+        if i >= len(model.pair_names):  # the stops of joint ranges
+            continue
         a, b = model.pair_names[i]
         if g < -OVERLAP_TOL and g < worst.get((a, b), 0.0):
             worst[a, b] = g

@@ -33,6 +33,9 @@ class BodyParams(eqx.Module):
         force, torque: (nb, 3) constant applied force and torque, world frame.
         shapes: {kind: {name: stacked arrays}} the shapes' geometry.
         joints: the joints' `JointParams` (None without joints).
+        motors: the motors' `MotorParams` (None without motors).
+        control: (nu,) the control input of the motors (None without motors): zeros
+            as built; `simulate(controls=...)` sets it in every step.
 
     Restitution and friction are per contact: `system.restitution` and `system.mu`.
     """
@@ -44,6 +47,8 @@ class BodyParams(eqx.Module):
     torque: jax.Array
     shapes: dict
     joints: Any = None
+    motors: Any = None
+    control: Any = None
 
 
 class JointParams(eqx.Module):
@@ -52,17 +57,46 @@ class JointParams(eqx.Module):
     Attributes:
         anchor_a, anchor_b: (nj, 3) the joint point in the frames of bodies a and b
             (the world frame when b is the world).
-        axis_b: (nj, 3) the hinge axis in b's frame (revolute joints).
-        perp_a: (nj, 2, 3) two unit vectors in a's frame orthogonal to the hinge axis.
+        axis_b: (nj, 3) the hinge (or slide) axis in b's frame.
+        perp_a: (nj, 2, 3) two unit vectors (u, n x u) in a's frame orthogonal to the axis.
+        perp_b: (nj, 2, 3) the same two vectors in b's frame at the initial
+            configuration: the reference of the hinge angle and the slide's locked
+            rotation.
+        lower, upper: (nj,) the joint range (radians for a hinge, metres for a
+            slide); -inf / inf where there is no stop.
+        centre: (nj,) the centre of the window (centre - pi, centre + pi] in which a
+            3D hinge angle is measured.
+        offset: (nj,) theta_a - theta_b at the initial configuration (planar hinges).
+        restitution: (nj,) the restitution of the range's stops (impact laws).
     """
 
     anchor_a: jax.Array
     anchor_b: jax.Array
     axis_b: jax.Array
     perp_a: jax.Array
+    perp_b: Any = None
+    lower: Any = None
+    upper: Any = None
+    centre: Any = None
+    offset: Any = None
+    restitution: Any = None
 
 
-JOINT_KINDS = ("ball", "revolute")
+class MotorParams(eqx.Module):
+    """The array leaves of the motors, (nu, ...).
+
+    Attributes:
+        gear: (nu,) the force (or torque) per unit of control.
+        direction: (nu, 3) the world direction of a body motor's force or torque
+            (zero for joint motors).
+    """
+
+    gear: jax.Array
+    direction: jax.Array
+
+
+JOINT_KINDS = ("ball", "revolute", "slide")
+MOTOR_KINDS = ("joint", "force", "torque")
 JOINT_TOL = 1e-8  # an initial joint violation above it is reported (then projected)
 
 
@@ -82,6 +116,11 @@ class BodyModel:
         margin: contacts with a gap above it are inactive.
         joints: ((name, kind, body a, body b), ...) with body indices (nb: the world).
         overflow_distance: the broad phase's overflow distance (`BroadPhase.distance`).
+        limits: ((joint index, side), ...) the stops of the joint ranges, side +1
+            for the lower stop (gap = coordinate - lower) and -1 for the upper
+            (gap = upper - coordinate); they follow the contacts in the record.
+        motors: ((name, kind, index), ...) kind "joint" (index: the joint),
+            "force" or "torque" (index: the body); the order of the controls u.
     """
 
     dim: int
@@ -93,6 +132,8 @@ class BodyModel:
     margin: float = math.inf
     joints: tuple = ()
     overflow_distance: float = 0.0
+    limits: tuple = ()
+    motors: tuple = ()
 
     @property
     def nbodies(self):
@@ -218,13 +259,12 @@ class BodyModel:
             idx = np.arange(nc)
             full = full.at[idx, :, a].add(planar[:, 0]).at[idx, :, b].add(planar[:, 1])
             rows, blocks = full[:, :, :nb].reshape(nc, 2, nb * 3), None
-        return Contacts(
+        record = dict(
             gap=gap,
             active=gap <= self.margin,
             mu=mu[index] if self.dynamic else mu,
             restitution=restitution[index] if self.dynamic else restitution,
             index=index,
-            overflow=c.overflow,
             rows=rows,
             blocks=blocks,
             body_a=a,
@@ -233,10 +273,169 @@ class BodyModel:
             normal=n,
             tangent=t,
             bitangent=o,
+        )
+        if self.limits:
+            record = self._append_limits(record, q, params)
+        return Contacts(
+            **record,
+            overflow=c.overflow,
             nv=nb * self.nv_body,
             tangents=2 if self.dim == 3 else 1,
             torsion=self.dim == 3,
+            limits=len(self.limits),
         )
+
+    def _append_limits(self, record, q, params):
+        """The record's arrays with the stops of the joint ranges appended as frictionless contacts.
+
+        A stop's gap is the joint coordinate's distance to the limit (radians or
+        metres) and its normal row is the coordinate's rate row (`joint_coordinates`)
+        with the stop's sign, so every scheme, impact law and solver that reads the
+        record treats it like a contact normal; its friction rows are zero and mu = 0.
+        """
+        value, row_a, row_b, frame = self._joint_kinematics(q, params)
+        jp, nb = params.joints, self.nbodies
+        j = np.array([i for i, _ in self.limits])
+        side = jnp.asarray(np.array([s for _, s in self.limits], dtype=np.float64), value.dtype)
+        gap = jnp.where(side > 0, value[j] - jp.lower[j], jp.upper[j] - value[j])
+        nl, dtype = j.shape[0], value.dtype
+        ia = np.array([self.joints[i][2] for i in j])
+        ib = np.array([self.joints[i][3] for i in j])
+        ra, rb = side[:, None] * row_a[j], side[:, None] * row_b[j]
+        point, n, t, o = (f[j] for f in frame)
+        if self.dim == 3:
+            blocks = jnp.zeros((nl, 2, 4, 6), dtype).at[:, 0, 0].set(ra).at[:, 1, 0].set(rb)
+            rows = None
+        else:
+            full = jnp.zeros((nl, nb + 1, 3), dtype)
+            full = full.at[np.arange(nl), ia].add(ra).at[np.arange(nl), ib].add(rb)
+            normal = full[:, :nb].reshape(nl, nb * 3)
+            rows, blocks = jnp.stack([normal, jnp.zeros_like(normal)], 1), None
+        cat = jnp.concatenate
+        index = np.arange(len(self.pair_names), len(self.pair_names) + nl)
+        join_index = lambda x, y: np.concatenate([x, y]) if isinstance(x, np.ndarray) else cat([x, jnp.asarray(y)])
+        return dict(
+            gap=cat([record["gap"], gap]),
+            active=cat([record["active"], jnp.ones((nl,), bool)]),
+            mu=cat([record["mu"], jnp.zeros((nl,), dtype)]),
+            restitution=cat([record["restitution"], jp.restitution[j].astype(dtype)]),
+            index=join_index(record["index"], index),
+            rows=None if rows is None else cat([record["rows"], rows]),
+            blocks=None if blocks is None else cat([record["blocks"], blocks]),
+            body_a=join_index(record["body_a"], ia),
+            body_b=join_index(record["body_b"], ib),
+            point=cat([record["point"], point]),
+            normal=cat([record["normal"], n]),
+            tangent=cat([record["tangent"], t]),
+            bitangent=cat([record["bitangent"], o]),
+        )
+
+    def _joint_kinematics(self, q, params):
+        """Each joint's coordinate and its rate rows: ((nj,) value, (nj, r) row_a, (nj, r) row_b, frame).
+
+        The coordinate of a hinge is the rotation angle of a relative to b about the
+        axis n, zero at the initial configuration; of a slide, the displacement
+        (x_a - x_b) . n of a's anchor from b's along the axis. Ball joints have 0.
+        row_a and row_b (r = 6 in 3D: linear then angular; r = 3 planar) are its
+        rate on the velocities of a and b: d value / dt = row_a . v_a + row_b . v_b.
+        b's row is zero when b is the world. frame: (nj, 3) the anchor point of a,
+        the axis n and two unit vectors orthogonal to it.
+
+        A 3D hinge angle is atan2 of the rotated reference vector of a in b's
+        reference frame, measured in the window (centre - pi, centre + pi]; its rate
+        row is the exact derivative, n . (w_a - w_b) while the hinge holds.
+        """
+        p, R = self.poses(q)
+        jp, nb = params.joints, self.nbodies
+        values, rows_a, rows_b, frames = [], [], [], []
+        for j, (_, kind, a, b) in enumerate(self.joints):
+            r_a, r_b = R[a] @ jp.anchor_a[j], R[b] @ jp.anchor_b[j]
+            x_a, x_b = p[a] + r_a, p[b] + r_b
+            n = R[b] @ jp.axis_b[j]
+            u, w = R[b] @ jp.perp_b[j, 0], R[b] @ jp.perp_b[j, 1]
+            zero3 = jnp.zeros(3, q.dtype)
+            if self.dim == 2:
+                theta = self.orientations(q)
+                th_b = theta[b] if b < nb else jnp.zeros((), q.dtype)
+                value = theta[a] - th_b - jp.offset[j] if kind != "ball" else jnp.zeros((), q.dtype)
+                ra, rb = jnp.array([0.0, 0.0, 1.0], q.dtype), jnp.array([0.0, 0.0, -1.0], q.dtype)
+                if kind == "ball":
+                    ra, rb = jnp.zeros(3, q.dtype), jnp.zeros(3, q.dtype)
+            elif kind == "revolute":
+                e = R[a] @ jp.perp_a[j, 0]
+                x, y = e @ u, e @ w
+                c = jp.centre[j]
+                value = c + jnp.arctan2(y * jnp.cos(c) - x * jnp.sin(c), x * jnp.cos(c) + y * jnp.sin(c))
+                k = jnp.cross(e, x * w - y * u) / (x * x + y * y)
+                ra, rb = jnp.concatenate([zero3, k]), jnp.concatenate([zero3, -k])
+            elif kind == "slide":
+                d = x_a - x_b
+                value = d @ n
+                ra = jnp.concatenate([n, jnp.cross(r_a, n)])
+                rb = jnp.concatenate([-n, jnp.cross(n, d) - jnp.cross(r_b, n)])
+            else:
+                value, ra, rb = jnp.zeros((), q.dtype), jnp.zeros(6, q.dtype), jnp.zeros(6, q.dtype)
+            if b >= nb:
+                rb = jnp.zeros_like(rb)
+            values.append(value)
+            rows_a.append(ra)
+            rows_b.append(rb)
+            frames.append((x_a, n, u, w))
+        frame = tuple(jnp.stack([f[i] for f in frames]) for i in range(4))
+        return jnp.stack(values), jnp.stack(rows_a), jnp.stack(rows_b), frame
+
+    def _place(self, row_a, row_b, ia, ib):
+        """(m, nv) dense rows from per-body rows (m, r) on bodies ia and ib (nb: the world)."""
+        m, r, nb = row_a.shape[0], row_a.shape[1], self.nbodies
+        full = jnp.zeros((m, nb + 1, r), row_a.dtype)
+        full = full.at[np.arange(m), np.asarray(ia)].add(row_a).at[np.arange(m), np.asarray(ib)].add(row_b)
+        return full[:, :nb].reshape(m, nb * r)
+
+    def joint_coordinates(self, q, params):
+        """((nj,) values, (nj, nv) rate rows): each joint's coordinate and its rate d value / dt = row . v.
+
+        A hinge ("revolute") has its angle in radians, the rotation of body a
+        relative to body b about the axis, zero at the initial configuration the
+        scene was built from (3D: measured in the window (centre - pi, centre + pi]
+        with centre the middle of a finite range, see `SceneBuilder.add_joint`;
+        planar: theta_a - theta_b minus its initial value, unwrapped). A slide has
+        (x_a - x_b) . n in metres, the displacement of a's anchor point from b's
+        along the axis. A ball joint has 0 and a zero row.
+        """
+        value, row_a, row_b, _ = self._joint_kinematics(q, params)
+        ia = [j[2] for j in self.joints]
+        ib = [j[3] for j in self.joints]
+        return value, self._place(row_a, row_b, ia, ib)
+
+    def motor_force(self, q, params, u):
+        """(nv,) the generalized force of the motors for the control u (nu,).
+
+        A joint motor k adds gear_k u_k J_k^T, with J_k the rate row of its joint's
+        coordinate (`joint_coordinates`): a torque gear u about a hinge axis on a
+        and the opposite torque on b (a force along a slide's axis on a's and b's
+        anchor points), whose power is gear u times the coordinate's rate. A body
+        motor adds the world-frame force (or torque) gear u direction at its
+        centre of mass (planar: its x, y or z component).
+        """
+        mp, nvb = params.motors, self.nv_body
+        F = jnp.zeros((self.nbodies, nvb), q.dtype)
+        if any(kind == "joint" for _, kind, _ in self.motors):
+            _, row_a, row_b, _ = self._joint_kinematics(q, params)
+        for k, (_, kind, i) in enumerate(self.motors):
+            f = mp.gear[k] * u[k]
+            if kind == "joint":
+                _, _, a, b = self.joints[i]
+                F = F.at[a].add(f * row_a[i])
+                if b < self.nbodies:
+                    F = F.at[b].add(f * row_b[i])
+                continue
+            d = f * mp.direction[k]
+            if self.dim == 2:
+                d = jnp.stack([d[0], d[1], jnp.zeros_like(d[0])]) if kind == "force" else d[2] * jnp.eye(3)[2]
+                F = F.at[i].add(d.astype(q.dtype))
+            else:
+                F = F.at[i, :3].add(d) if kind == "force" else F.at[i, 3:].add(d)
+        return F.reshape(-1)
 
     def contacts(self, q, params, mu=None, restitution=None):
         """The `Contacts` at configuration q (the same record the step reads; see `collide`)."""
@@ -245,6 +444,8 @@ class BodyModel:
     # Single questions, for `System`'s functions and for users; the step calls `collide` once.
 
     def gaps(self, q, params):
+        if self.limits:
+            return self.collide(q, params).gap
         return self._collide(q, params).gap
 
     def tangents(self, q, params):
@@ -356,33 +557,61 @@ class BodyModel:
         return -jnp.sum(params.mass * (p @ params.gravity))
 
     def external_force(self, t, q, v, params):
+        """The applied forces and torques, and the motors' forces for `params.control` (`motor_force`)."""
         if self.dim == 3:
-            return jnp.concatenate([params.force, params.torque], -1).reshape(-1)
-        return jnp.stack([params.force[:, 0], params.force[:, 1], params.torque[:, 2]], -1).reshape(-1)
+            F = jnp.concatenate([params.force, params.torque], -1).reshape(-1)
+        else:
+            F = jnp.stack([params.force[:, 0], params.force[:, 1], params.torque[:, 2]], -1).reshape(-1)
+        if self.motors and params.control is not None:
+            F = F + self.motor_force(q, params, params.control)
+        return F
 
     def constraints(self, q, params):
-        """(ng,) the joint constraints g(q): per joint the anchor gap x_a - x_b (3, or 2
-        in planar scenes), then for revolute joints in 3D the two hinge rows
-        (R_a u_a) . (R_b axis_b) = 0 and (R_a w_a) . (R_b axis_b) = 0."""
+        """(ng,) the joint constraints g(q).
+
+        Per joint: ball and revolute, the anchor gap x_a - x_b (3, or 2 in planar
+        scenes), then for revolute joints in 3D the two hinge rows
+        (R_a u_a) . (R_b axis_b) = 0 and (R_a w_a) . (R_b axis_b) = 0. Slide (3D):
+        the anchor gap across the axis, (x_a - x_b) . (R_b u_b) = 0 and
+        (x_a - x_b) . (R_b w_b) = 0, the two hinge rows, and the locked spin
+        (R_a u_a) . (R_b w_b) = 0.
+        """
         p, R = self.poses(q)
         jp = params.joints
         rows = []
         for j, (_, kind, a, b) in enumerate(self.joints):
             x_a = p[a] + R[a] @ jp.anchor_a[j]
             x_b = p[b] + R[b] @ jp.anchor_b[j]
-            rows.append((x_a - x_b)[: self.dim])
-            if kind == "revolute" and self.dim == 3:
+            if kind == "slide":
+                rows.append((R[b] @ jp.perp_b[j].T).T @ (x_a - x_b))
+            else:
+                rows.append((x_a - x_b)[: self.dim])
+            if kind in ("revolute", "slide") and self.dim == 3:
                 rows.append((R[a] @ jp.perp_a[j].T).T @ (R[b] @ jp.axis_b[j]))
+            if kind == "slide":
+                rows.append(((R[a] @ jp.perp_a[j, 0]) @ (R[b] @ jp.perp_b[j, 1]))[None])
         return jnp.concatenate(rows)
 
     def joint_rows(self):
         """((name, first row, number of rows), ...): where each joint sits in g(q)."""
         out, start = [], 0
         for name, kind, _, _ in self.joints:
-            n = 2 if self.dim == 2 else (5 if kind == "revolute" else 3)
+            n = 2 if self.dim == 2 else (3 if kind == "ball" else 5)
             out.append((name, start, n))
             start += n
         return tuple(out)
+
+    def limit_rows(self):
+        """((joint name, "lower" | "upper", record index), ...): where each stop sits in the contact record.
+
+        The stops follow the contacts, so the last `len(limits)` entries of
+        `traj.impulses.normal` (also `traj.impulses.limit`) and of
+        `traj.stats.active` are theirs.
+        """
+        nc = len(self.pair_names)
+        return tuple(
+            (self.joints[j][0], "lower" if side > 0 else "upper", nc + k) for k, (j, side) in enumerate(self.limits)
+        )
 
     def normalize(self, q):
         qb = self._per_body(q, 7)

@@ -152,6 +152,7 @@ class DenseStep(StepSolver):
             friction=c_f[:, :2],
             moment=c_f[:, 2] if cone.dim == 3 else jnp.zeros((nc,), q.dtype),
             joint=c_g,
+            limit=c_n[nc - contacts.limits :],
         )
         stats = StepStats(
             residual=residual,

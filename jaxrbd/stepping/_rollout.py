@@ -72,22 +72,26 @@ def choose_solver(system, state, *, scheme=None, solver=None, friction=None, res
     return DenseStep()
 
 
-def _rollout(step_fn, state, z0, steps):
-    def body(carry, _):
+def _rollout(step_fn, state, z0, steps, xs=None):
+    def body(carry, x):
         state, z = carry
-        state, z, impulses, stats = step_fn(state, z)
+        state, z, impulses, stats = step_fn(state, z, x)
         return (state, z), (state, impulses, stats)
 
-    _, (states, impulses, stats) = jax.lax.scan(body, (state, z0), None, length=steps)
+    _, (states, impulses, stats) = jax.lax.scan(body, (state, z0), xs, length=steps)
     cat = lambda x0, xs: jnp.concatenate([x0[None], xs])
     return Trajectory(cat(state.t, states.t), cat(state.q, states.q), cat(state.v, states.v), impulses, stats)
 
 
 def _warn_inelastic(system, restitution):
     """Warn when the contacts carry restitution but no impact law will use it."""
-    if restitution is not None or system.restitution is None or is_traced(system.restitution):
+    if restitution is not None:
         return
-    e = np.asarray(system.restitution)
+    e = [] if system.restitution is None or is_traced(system.restitution) else [np.ravel(system.restitution)]
+    model = system.bodies
+    if model is not None and model.limits and not is_traced(system.params.joints.restitution):
+        e.append(np.asarray(system.params.joints.restitution)[[j for j, _ in model.limits]])  # the range stops
+    e = np.concatenate(e) if e else np.zeros(0)
     if not np.any(e != 0):
         return
     warnings.warn(
@@ -116,6 +120,34 @@ def _check_steps(dt, steps):
             raise ValueError(f"dt must be a finite scalar > 0, got {dt!r}")
 
 
+def _check_controls(system, state, controls, steps):
+    """The controls as an array (steps, nu) or a function, checked against the system's motors (ValueError naming `controls`)."""
+    if controls is None:
+        return None
+    model = system.bodies
+    if model is None or not model.motors:
+        raise ValueError(
+            "controls: the system has no motors to drive; declare them with SceneBuilder.add_motor (nu = their number)"
+        )
+    nu = len(model.motors)
+    if callable(controls):
+        try:
+            out = jax.eval_shape(controls, state.t, state)
+        except Exception as err:
+            raise ValueError(f"controls: the function u(t, state) failed on the initial state: {err}") from err
+        if not hasattr(out, "shape") or out.shape != (nu,):
+            got = getattr(out, "shape", type(out).__name__)
+            raise ValueError(f"controls: the function u(t, state) must return shape ({nu},) (nu motors), got {got}")
+        return controls
+    u = jnp.asarray(controls)
+    if u.shape != (steps, nu):
+        raise ValueError(
+            f"controls must be an array of shape (steps, nu) = ({steps}, {nu}) or a function u(t, state) -> ({nu},), "
+            f"got shape {u.shape}"
+        )
+    return u
+
+
 def simulate(
     system,
     state,
@@ -129,6 +161,7 @@ def simulate(
     restitution=None,
     project_joints=True,
     throw=False,
+    controls=None,
 ):
     """Roll the system forward `steps` steps of size `dt` in a `lax.scan`.
 
@@ -157,6 +190,11 @@ def simulate(
             status is not SUCCESS, with the first bad step's `StepStatus` message.
             False (default): the status is only reported, so that one bad lane of a
             `vmap`ped batch does not stop the others.
+        controls: the control input of the scene's motors (`SceneBuilder.add_motor`),
+            held constant over each step: an array (steps, nu), row k applied in
+            step k (replayed logs; an array leaf, so `jax.grad` flows to it), or a
+            function u(t, state) -> (nu,) of the state at the start of the step.
+            None: `system.params.control` (zeros as built) in every step.
 
     Concrete inputs are checked on the host (`check_system`); a scene whose
     contacts carry restitution, simulated without an impact law, gives one warning.
@@ -175,6 +213,7 @@ def simulate(
     dtype = jnp.result_type(state.q, state.v, float)
     state = State(jnp.asarray(state.t, dtype), jnp.asarray(state.q, dtype), jnp.asarray(state.v, dtype))
     _check_options(scheme, friction, restitution)
+    controls = _check_controls(system, state, controls, steps)
     cone = default_cone(system, jax.eval_shape(system.contacts, state.q)) if friction is None else friction
     options = dict(scheme=scheme, friction=cone, restitution=restitution, grad_smoothing=grad_smoothing)
     step_solver = choose_solver(system, state, solver=solver, **options)
@@ -191,9 +230,14 @@ def simulate(
     )
     parameters = parameter_status(system, dt)
 
-    def step_fn(state, z):
-        new_state, z, impulses, stats = step_solver.step(system, state, z, **options)
+    def step_fn(state, z, u):
+        stepped = system
+        if controls is not None:  # the motors' forces enter through external_force (`BodyModel.motor_force`)
+            u = controls(state.t, state) if callable(controls) else u
+            stepped = eqx.tree_at(lambda s: s.params.control, system, jnp.asarray(u, dtype))
+        new_state, z, impulses, stats = step_solver.step(stepped, state, z, **options)
         return new_state, z, impulses, step_status(parameters, state, new_state, impulses, stats)
 
-    traj = _rollout(step_fn, state, step_solver.init(system, state, cone), steps)
+    xs = controls if controls is not None and not callable(controls) else None
+    traj = _rollout(step_fn, state, step_solver.init(system, state, cone), steps, xs)
     return _raise_on_bad_status(traj) if throw else traj

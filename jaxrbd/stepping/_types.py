@@ -16,12 +16,17 @@ class ContactImpulses(eqx.Module):
         moment: (..., nc) frictional moment impulses c_r about the normal (zero
             unless the cone has torsion: soft-finger and mixed cones).
         joint: (..., ng) joint constraint impulses (the multipliers of g(q) = 0).
+        limit: (..., nl) the impulses of the joint-range stops, >= 0 (torque impulses
+            in N m s for a hinge, force impulses in N s for a slide), in the order
+            of `scene.bodies.limit_rows()`; they are also the last nl entries of
+            `normal`. (nl = 0 without ranges; None from `ContactSweeps`.)
     """
 
     normal: jax.Array
     friction: jax.Array
     moment: jax.Array
     joint: jax.Array
+    limit: jax.Array | None = None
 
 
 class StepStats(eqx.Module):
