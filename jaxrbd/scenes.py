@@ -511,3 +511,135 @@ def skate(mu_along=0.02, mu_across=0.6, *, velocity=(1.0, 0.0, 0.0), mass=1.0, g
     b.add_static("ice", Plane())
     b.add_body("skate", Box(half), mass=mass, position=(0.0, 0.0, 0.01), velocity=velocity)
     return b.build()
+
+
+# ---------------------------------------------------------------------------------------------
+# Boxes on boxes (issue 17).
+
+
+def box_stack(
+    n=5,
+    *,
+    mu=0.5,
+    mass=1.0,
+    half_extents=0.1,
+    spacing=0.0,
+    all_pairs=False,
+    directions=8,
+    friction=None,
+    gravity=GRAVITY,
+):
+    """n boxes stacked on the table z = 0, each resting on the one below (exactly, at rest).
+
+    Box i has its centre at z = (2 i + 1) h_z + i spacing (spacing > 0: dropped by
+    that much). With `all_pairs=False` (default) only neighbours in the stack
+    touch each other and only the bottom box touches the table (4 contacts per
+    pair: 4 n in all); `all_pairs=True` pairs every box with every other and with
+    the table.
+
+    Args:
+        n: number of boxes (an integer >= 1).
+        mu: friction coefficient of every contact, >= 0.
+        mass: scalar or (n,) masses.
+        half_extents: scalar, (3,) or (n, 3) half sizes.
+        spacing: the initial gap between neighbours (m, >= 0).
+    """
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"n must be an integer >= 1, got {n!r}")
+    _check("spacing", spacing, nonnegative=True)
+    h = jnp.broadcast_to(_float(half_extents), (n, 3))
+    mass = jnp.broadcast_to(_float(mass), (n,))
+    b = SceneBuilder(
+        dim=3,
+        mu=mu,
+        directions=directions,
+        friction=friction,
+        gravity=(0.0, 0.0, -gravity),
+        collide_bodies=all_pairs,
+    )
+    b.add_static("table", Plane())
+    names = [f"box{i}" for i in range(n)]
+    z = _float(0.0)
+    for i, name in enumerate(names):
+        z = z + h[i, 2] + (_float(spacing) if i > 0 else 0.0)
+        b.add_body(name, Box(h[i]), mass=mass[i], position=jnp.stack([0.0, 0.0, z]))
+        z = z + h[i, 2]
+        if not all_pairs and i > 0:
+            b.include(names[i - 1], name)
+            b.exclude(name, "table")
+    return b.build()
+
+
+def cube_toss(
+    v0=(1.0, 0.0, 0.0),
+    w0=(0.0, 3.0, 5.0),
+    *,
+    mu=0.5,
+    mass=1.0,
+    half_extents=0.05,
+    height=0.3,
+    orientation=(0.9238795325112867, 0.0, 0.3826834323650898, 0.0),
+    table_half_extents=(1.0, 1.0, 0.05),
+    directions=8,
+    friction=None,
+    gravity=GRAVITY,
+):
+    """A cube thrown spinning onto a table that is itself a box (box-box contact).
+
+    The table is a static box whose top face is z = 0; the cube starts with its
+    centre at `height` above z = 0 (its lowest point at height - its extent
+    below the centre), velocity v0 and angular velocity w0 (world frame), and
+    the given orientation (default: tilted 45 degrees about y, landing on an
+    edge). height = h_z, identity orientation and w0 = 0 give a box sliding on a
+    box: with v0 along x it decelerates at mu g (exactly, with the default cone).
+    """
+    _check("height", height)
+    th = jnp.broadcast_to(_float(table_half_extents), (3,))
+    b = SceneBuilder(dim=3, mu=mu, directions=directions, friction=friction, gravity=(0.0, 0.0, -gravity))
+    b.add_static("table", Box(th, position=jnp.stack([0.0, 0.0, -th[2]])))
+    b.add_body(
+        "cube",
+        Box(half_extents),
+        mass=mass,
+        position=jnp.stack([0.0, 0.0, _float(height)]),
+        orientation=orientation,
+        velocity=v0,
+        angular_velocity=w0,
+    )
+    return b.build()
+
+
+def box_push(
+    force=8.0,
+    *,
+    mu=0.3,
+    mass=1.0,
+    pushed_mass=1.0,
+    half_extents=0.05,
+    distance=0.05,
+    directions=8,
+    friction=None,
+    gravity=GRAVITY,
+):
+    """A box on the table z = 0 pushed along +x by a constant force into a second box resting ahead of it.
+
+    The pusher (centre at the origin) and the pushed box (at x = 2 h_x +
+    distance) are cubes of the same size; with force > mu m g the pusher
+    accelerates, closes the distance and then pushes the other box. Once they
+    slide together the exact acceleration is (force - mu g (m + m_pushed)) /
+    (m + m_pushed) when it is positive.
+    """
+    _check("force", force)
+    _check("distance", distance, nonnegative=True)
+    h = jnp.broadcast_to(_float(half_extents), (3,))
+    b = SceneBuilder(dim=3, mu=mu, directions=directions, friction=friction, gravity=(0.0, 0.0, -gravity))
+    b.add_static("table", Plane())
+    b.add_body(
+        "pusher",
+        Box(h),
+        mass=mass,
+        position=jnp.stack([0.0, 0.0, h[2]]),
+        force=jnp.stack([_float(force), 0.0, 0.0]),
+    )
+    b.add_body("pushed", Box(h), mass=pushed_mass, position=jnp.stack([2 * h[0] + _float(distance), 0.0, h[2]]))
+    return b.build()

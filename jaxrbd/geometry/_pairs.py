@@ -3,7 +3,8 @@
 Each pair function takes the world arrays of one shape of each kind (with "p": the
 centre and "R": the rotation) and returns gap (C,), normal (C, 3) from the first
 shape to the second, and point (C, 3), where C is the pair's capacity. Adding a
-shape pair is one function here and one entry of `COLLIDERS`.
+shape pair is one function here (or in `_boxes`: box-box, capsule-box and
+capsule-capsule) and one entry of `COLLIDERS`.
 """
 
 import jax
@@ -11,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _rotation as rot
+from ._boxes import box_box, capsule_box, capsule_capsule
 
 _TINY = 1e-30
 
@@ -78,21 +80,6 @@ def sphere_capsule(a, b, dim):
     return _balls(a["p"], a["radius"], p, b["radius"])
 
 
-def capsule_capsule(a, b, dim):
-    """Closest points of the two axis segments (clamped; parallel axes take the first segment's midpoint)."""
-    u1, u2 = a["R"][:, 2], b["R"][:, 2]
-    h1, h2 = a["half_length"], b["half_length"]
-    r = a["p"] - b["p"]
-    cos, c, f = u1 @ u2, u1 @ r, u2 @ r
-    denom = 1.0 - cos**2
-    parallel = denom < 1e-12
-    s = jnp.where(parallel, 0.0, (cos * f - c) / jnp.where(parallel, 1.0, denom))
-    s = jnp.clip(s, -h1, h1)
-    t = jnp.clip(f + s * cos, -h2, h2)
-    s = jnp.clip(t * cos - c, -h1, h1)
-    return _balls(a["p"] + s * u1, a["radius"], b["p"] + t * u2, b["radius"])
-
-
 def sphere_box(a, b, dim):
     """Closest point of the box to the sphere's centre; inside the box, the nearest face."""
     R, h, r = b["R"], b["half_extents"], a["radius"]
@@ -124,7 +111,9 @@ COLLIDERS = {
     ("sphere", "sphere"): (sphere_sphere, lambda dim: 1),
     ("sphere", "capsule"): (sphere_capsule, lambda dim: 1),
     ("sphere", "box"): (sphere_box, lambda dim: 1),
-    ("capsule", "capsule"): (capsule_capsule, lambda dim: 1),
+    ("capsule", "capsule"): (capsule_capsule, lambda dim: 2),
+    ("capsule", "box"): (capsule_box, lambda dim: 2),
+    ("box", "box"): (box_box, _box_capacity),
 }
 
 
