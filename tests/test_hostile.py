@@ -616,3 +616,49 @@ def test_stewart_trinkle_converges_with_three_bodies_far_apart():
     b.set_pair("ball", "box", mu=0.0)
     stats = _one_step(b)
     assert bool(stats.converged[0]), f"residual {float(stats.residual[0]):.3g}"
+
+
+def test_capsule_landing_flat_converges():
+    """A 1 kg capsule (r 0.06, half length 0.13) landing on its side at 0.38 m/s, turning at 2.9 rad/s, mu 1.3.
+
+    Found on `capsule_on_sphere` (its step 59): the solve stopped at residual
+    4.3e-10. The exact solution has a contact slipping at 1e-9 m/s; Lemke on the
+    symmetrically scaled problem read that degenerate tie the other way, and the
+    unscaled pivoting it now retries with finds it (residual 3e-15).
+    """
+    b = rbd.SceneBuilder(dim=3, mu=1.3)
+    b.add_static("ground", rbd.Plane())
+    q = ["-0x1.4f24630aaac6ep-6", "0x1.23dc9c79610b2p-49", "0x1.eb851eb851eb8p-5", "0x1.6a099f9ec7aabp-1"]
+    q += ["-0x1.4036582dccfcdp-47", "-0x1.6a0a2d3111f7dp-1", "-0x1.86e33b92d65a7p-50"]
+    v = ["-0x1.4bcb913293780p-3", "0x1.f7d713df965ecp-49", "-0x1.80ef42118e0b4p-2"]
+    v += ["-0x1.2877391fea6a4p-43", "-0x1.709c1d5a11ea7p+1", "-0x1.1bd9a3da69a5ep-45"]
+    _body_at(b, "capsule", rbd.Capsule(0.06, 0.13), 1.0, q, v)
+    stats = _one_step(b)
+    assert bool(stats.converged[0]) and float(stats.residual[0]) <= 1e-10, f"residual {float(stats.residual[0]):.3g}"
+
+
+@pytest.mark.parametrize(
+    "scheme", [rbd.AnitescuPotra(), rbd.StewartTrinkle()], ids=["anitescu_potra", "stewart_trinkle"]
+)
+def test_heavy_spinning_ball_on_a_light_box_converges(scheme):
+    """A 1000 kg ball (r 0.1) on a 10 g cube on the ground, spinning at 1 rad/s: mass ratio 1e5.
+
+    Found on `mixed4` (a 1000 kg ball on a 25 g box). Lemke on the row-scaled LCP
+    ended on a secondary ray (residual 0.036): a row scaling does not keep the
+    copositivity Lemke's termination rests on, a symmetric one does. The steps
+    that stopped at 1.2e-10 to 3e-10 carry impulses of about 100 N s, so their
+    round-off passes the tolerance relative to the impulses (`within_tolerance`).
+    """
+    b = rbd.SceneBuilder(dim=3)
+    b.add_static("ground", rbd.Plane())
+    b.add_body("box", rbd.Box((0.1, 0.1, 0.1)), mass=0.01, position=(0.0, 0.0, 0.1))
+    z = 2 * 0.1 + 0.1  # 0.30000000000000004: the ball 5.6e-17 m above the box
+    b.add_body("ball", rbd.Sphere(0.1), mass=1000.0, position=(0.0, 0.0, z), angular_velocity=(0.0, 1.0, 0.0))
+    b.set_pair("ground", "box", mu=0.5)
+    b.set_pair("ground", "ball", mu=0.5)
+    b.set_pair("box", "ball", mu=0.1)
+    traj = rbd.simulate(*b.build(), dt=H, steps=20, scheme=scheme)
+    residual = np.asarray(traj.stats.residual)
+    scale = np.maximum(1.0, np.max(np.abs(np.asarray(traj.impulses.normal)), axis=-1))
+    assert bool(np.all(traj.stats.converged)), f"worst residual {residual.max():.3g}"
+    assert np.all(residual <= 1e-10 * scale), residual / scale

@@ -8,7 +8,7 @@ import numpy as np
 from .._problems import LCP, NCP, natural_residual
 from .._validate import check_value
 from ._implicit import implicit_solve
-from ._solvers import SemismoothNewton, Solver
+from ._solvers import SemismoothNewton, Solver, within_tolerance
 from ._status import Status
 
 
@@ -76,7 +76,7 @@ def _finish(problem, raw, solver):
     residual = natural_residual(z, w, problem.n_free)
     tol = solver.tolerance(z.dtype)
     finite = jnp.isfinite(residual)
-    converged = finite & (residual <= tol)
+    converged = finite & within_tolerance(residual, z, tol)
     failed = jnp.where(raw.status == Status.SUCCESS, Status.MAX_STEPS, raw.status)
     status = jnp.where(converged, Status.SUCCESS, jnp.where(finite, failed, Status.NONFINITE))
     return LCPSolution(z, w, residual, converged, status, raw.iterations, raw.fallback)

@@ -44,7 +44,7 @@ from .._validate import check_value
 from ..complementarity import Adjoint, implicit_solve
 from ..complementarity._fb import fischer_burmeister_partials
 from ..complementarity._implicit import PINV_RTOL_FACTOR
-from ..complementarity._solvers import SemismoothNewton, default_tol
+from ..complementarity._solvers import SemismoothNewton, default_tol, within_tolerance
 from ..cones import PolyhedralCone
 from ..model import State
 from ._coloring import color_contacts, color_slots
@@ -339,7 +339,9 @@ def _gauss_seidel(blocks, z, solver):
 
     def unsolved(state):
         (_, z, _), n = state
-        return (n < limit) & ~(natural_residual(z.reshape(-1), blocks.F(z).reshape(-1)) <= tol)
+        return (n < limit) & ~within_tolerance(
+            natural_residual(z.reshape(-1), blocks.F(z).reshape(-1)), z.reshape(-1), tol
+        )
 
     carry, n = jax.lax.while_loop(unsolved, lambda state: (rounds(state[0]), state[1] + 1), (carry, jnp.int32(1)))
     return carry[1], carry[2], n
@@ -399,7 +401,7 @@ def solve_blocks(blocks, z0, solver):
     z = raw.z
     residual = natural_residual(z.reshape(-1), blocks.F(z).reshape(-1))
     tol = solver.tol if solver.tol is not None else default_tol(z.dtype)
-    converged = jnp.isfinite(residual) & (residual <= tol)
+    converged = jnp.isfinite(residual) & within_tolerance(residual, z.reshape(-1), tol)
     return z, residual, converged, raw.fallback, raw.rounds * sweeps
 
 
