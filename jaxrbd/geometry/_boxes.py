@@ -50,11 +50,17 @@ with the radius subtracted. Capsule-capsule keeps the exact closest points in
 slot 0 and adds the mirror point of the overlap of the segments' projections,
 so that parallel capsules get both ends of their overlap.
 
+The three pair functions are jitted (dim static): the builder's first, eager
+call then compiles each once instead of dispatching its few hundred operations
+one by one; inside a traced step the jit is inlined.
+
 Planar scenes (dim == 2): boxes are rectangles in the x-y plane; the SAT has the
 4 in-plane face normals, the incident edge is clipped to the reference edge (2
 points) and the exact distance is the least vertex-rectangle distance.
 Capsule-box keeps its 3D form with the axes out of the plane left out.
 """
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -252,6 +258,7 @@ def _support_edge(p, R, h, axis, direction):
     return p + R @ (s * h), R[:, axis], h[axis]
 
 
+@functools.partial(jax.jit, static_argnames="dim")
 def box_box(a, b, dim):
     """Box-box: SAT, the clipped face manifold or the edge-edge contact, exact distance when separated.
 
@@ -349,6 +356,7 @@ def _box_box_2d(a, b):
     return _with_exact(gap, n, x, separated, dist, n_star, 0.5 * (wa + wb), size)
 
 
+@functools.partial(jax.jit, static_argnames="dim")
 def capsule_box(a, b, dim):
     """Capsule-box: the capsule's axis segment against the box, 2 contacts (a capsule flat on a face: both ends).
 
@@ -423,6 +431,7 @@ def capsule_box(a, b, dim):
     return _with_exact(gap, n, x, outside, gap_star, n_star, wa + (r + 0.5 * gap_star) * n_star, size)
 
 
+@functools.partial(jax.jit, static_argnames="dim")
 def capsule_capsule(a, b, dim):
     """Capsule-capsule, 2 contacts: the closest points of the axis segments, and the mirror point of the overlap.
 
