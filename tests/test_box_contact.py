@@ -178,7 +178,7 @@ def test_capsule_capsule_gap_matches_brute_force(poses):
 
 
 def test_planar_box_box_matches_brute_force():
-    """dim == 2: rectangles in the x-y plane, 2 contacts, normals in the plane."""
+    """dim == 2: rectangles (and capsules) in the x-y plane, 2 contacts, normals in the plane."""
     rng = np.random.default_rng(2)
     n_poses = 300
     R = lambda: np.asarray(jax.vmap(rot.rotation_z)(jnp.asarray(rng.uniform(-np.pi, np.pi, n_poses))))
@@ -204,6 +204,28 @@ def test_planar_box_box_matches_brute_force():
     assert np.abs(least - ref)[ref > 0].max() <= SEPARATED
     assert np.abs(least - ref)[ref <= 0].max() <= DEPTH
     assert np.abs(n[..., 2]).max() == 0.0
+    # Capsule-box in the plane: the capsule's axis (its local z) turned into the plane.
+    across = np.asarray(_R([0.0, 1.0, 0.0], math.pi / 2))
+    Rc = Ra @ across
+    hl, r = ha[:, 0], ha[:, 1] * 0.3
+    fn = jax.jit(jax.vmap(lambda *x: geometry.capsule_box(_capsule(*x[:4]), _box(*x[4:]), 2)))
+    gap, n, _ = (np.asarray(v) for v in fn(pa, Rc, hl, r, pb, Rb, hb))
+    ref = []
+    for i in range(n_poses):
+        u = Rc[i][:2, 2]
+        dist = _bvls_distance(np.hstack([hl[i] * u[:, None], -Rb[i][:2, :2] * hb[i][:2]]), pb[i][:2])
+        if dist <= 1e-7:
+            corners = np.array([[1, 1], [1, -1], [-1, 1], [-1, -1]], float)
+            ends = np.array([[-1.0], [1.0]]) * hl[i] * u
+            vb = pb[i][:2] + (corners * hb[i][:2]) @ Rb[i][:2, :2].T
+            dist = -_hull_depth(ends, vb)
+        ref.append(dist - r[i])
+    ref = np.array(ref)
+    least = gap.min(1)
+    assert (ref > 0).sum() > n_poses // 5 and (ref <= 0).sum() > n_poses // 5
+    assert np.abs(least - ref)[ref > 0].max() <= SEPARATED
+    assert np.abs(least - ref)[ref <= 0].max() <= DEPTH
+    assert np.abs(n[..., 2]).max() <= 1e-15
 
 
 # --- Manifolds -------------------------------------------------------------------------------
