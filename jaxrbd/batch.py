@@ -69,8 +69,24 @@ def sweep(fn, params, *, chunk_size=None, devices=None):
     return jax.tree_util.tree_map(lambda y: y.reshape(padded, *y.shape[2:])[:batch], out)
 
 
-def _mapped(fn, sharding):
-    def run(stacked):
-        return jax.lax.map(jax.vmap(fn), stacked)
+_MAPPED = {}
+_MAPPED_SIZE = 32
 
-    return jax.jit(run, in_shardings=sharding)
+
+def _mapped(fn, sharding):
+    """The jitted chunked map of `fn`, one per (fn, sharding): a second sweep of the same fn does not recompile.
+
+    jax.jit caches compiled code per function object; a fresh closure per call
+    (as before) was a new function each time, so every sweep retraced and
+    recompiled. The cache holds the last `_MAPPED_SIZE` functions.
+    """
+    key = (fn, sharding)
+    if key not in _MAPPED:
+        if len(_MAPPED) >= _MAPPED_SIZE:
+            _MAPPED.pop(next(iter(_MAPPED)))
+
+        def run(stacked):
+            return jax.lax.map(jax.vmap(fn), stacked)
+
+        _MAPPED[key] = jax.jit(run, in_shardings=sharding)
+    return _MAPPED[key]

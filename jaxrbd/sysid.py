@@ -106,17 +106,487 @@ def trajectory_loss(pred, observed, mask=None, weights=None):
     return jnp.sum(r * r) / jnp.maximum(jnp.sum(m), 1.0)
 
 
+class Experiments(eqx.Module):
+    """A batch of E experiments of one system, observed with the same shapes.
+
+    Attributes:
+        observed: (E, T, n) the data; NaN entries are missing observations.
+        inputs: a pytree whose leaves have the leading axis E: what differs
+            between experiments and is known (initial states, time step, slope,
+            ...); `predict(params, inputs_e)` receives one experiment's slice.
+            None: nothing.
+        mask: (E, T, n), (E, n) or (E,) 1 where observed, 0 where not (partial
+            observations; an experiment whose mask is all 0 drops out of the fit
+            without changing any shape, hence without recompiling). None: all 1.
+        weights: (n,) weight per column (for example 1 / sigma_i^2). None: all 1.
+    """
+
+    observed: jax.Array
+    inputs: object
+    mask: jax.Array
+    weights: jax.Array
+
+    def __init__(self, observed, inputs=None, mask=None, weights=None):
+        observed = jnp.asarray(observed, dtype=jnp.result_type(observed, float))
+        if observed.ndim != 3:
+            raise ValueError(f"observed must have shape (E, T, n), got {observed.shape}")
+        E = observed.shape[0]
+        for leaf in jax.tree_util.tree_leaves(inputs):
+            if np.ndim(leaf) == 0 or np.shape(leaf)[0] != E:
+                raise ValueError(f"every leaf of inputs needs the leading axis E = {E}, got shape {np.shape(leaf)}")
+        if mask is None:
+            mask = jnp.ones(observed.shape, observed.dtype)
+        else:
+            mask = jnp.asarray(mask, observed.dtype)
+            if mask.ndim == 1:
+                mask = mask[:, None, None]
+            elif mask.ndim == 2:
+                mask = mask[:, None, :]
+            try:
+                mask = jnp.broadcast_to(mask, observed.shape)
+            except ValueError:
+                raise ValueError(f"mask of shape {mask.shape} does not fit observed {observed.shape}") from None
+        weights = (
+            jnp.ones(observed.shape[-1:], observed.dtype) if weights is None else jnp.asarray(weights, observed.dtype)
+        )
+        if weights.shape != observed.shape[-1:]:
+            raise ValueError(f"weights must have shape {observed.shape[-1:]}, got {weights.shape}")
+        self.observed = observed
+        self.inputs = inputs
+        self.mask = mask
+        self.weights = weights
+
+    @property
+    def count(self):
+        """E, the number of experiments."""
+        return self.observed.shape[0]
+
+
+def _residual_rows(pred, observed, mask, weights):
+    """(r, valid): the weighted residuals of one experiment, 0 where not observed."""
+    if pred.shape != observed.shape:
+        raise ValueError(f"predict returned shape {pred.shape} but one experiment's data have {observed.shape}")
+    valid = mask * jnp.isfinite(observed).astype(pred.dtype)
+    r = jnp.where(valid > 0, pred - jnp.where(valid > 0, observed, 0.0), 0.0) * jnp.sqrt(weights)
+    return r.reshape(-1), (valid > 0).astype(pred.dtype).reshape(-1)
+
+
+def _split(params, per_experiment):
+    return {k: v for k, v in params.items() if k not in per_experiment}, {k: params[k] for k in per_experiment}
+
+
+def _experiment_functions(predict, per_experiment):
+    """The residual function and its per-experiment Jacobian (vmap of jacrev) for `predict`."""
+
+    def one(shared, own, inputs, observed, mask, weights):
+        r, valid = _residual_rows(jnp.asarray(predict({**shared, **own}, inputs)), observed, mask, weights)
+        return r, (r, valid)
+
+    axes = (None, 0, 0, 0, 0, None)
+
+    def residuals(params, exps):
+        shared, own = _split(params, per_experiment)
+        _, (r, valid) = jax.vmap(one, axes)(shared, own, exps.inputs, exps.observed, exps.mask, exps.weights)
+        return r.reshape(-1), valid.reshape(-1)
+
+    def jacobian(params, exps):
+        shared, own = _split(params, per_experiment)
+        jac = jax.jacrev(one, argnums=(0, 1), has_aux=True)
+        (Js, Jo), (r, valid) = jax.vmap(jac, axes)(shared, own, exps.inputs, exps.observed, exps.mask, exps.weights)
+        return (Js, Jo), r, valid
+
+    return residuals, jacobian
+
+
+def _user_residuals(fn, with_data):
+    def residuals(params, data):
+        out = fn(params, data) if with_data else fn(params)
+        r, valid = out if isinstance(out, tuple) else (out, None)
+        r = jnp.ravel(jnp.asarray(r))
+        valid = jnp.ones_like(r) if valid is None else jnp.broadcast_to(jnp.ravel(jnp.asarray(valid, r.dtype)), r.shape)
+        return r * (valid > 0), valid
+
+    return residuals
+
+
+def _forward_ok(fn, *args):
+    try:
+        jax.eval_shape(jax.jacfwd(fn), *args)
+        return True
+    except TypeError:  # a custom_vjp (the simulator's implicit rule) has no forward mode
+        return False
+
+
+class _Problem:
+    """A least-squares problem: residuals(params, data) -> (r, valid), its compiled pieces, cached per function."""
+
+    def __init__(self, residuals, jacobian=None, per_experiment=()):
+        self.per_experiment = tuple(per_experiment)
+        self.residuals = residuals
+        self.structured = jacobian
+        self.jac = {}  # (names, shapes) or "structured" -> the jitted Jacobian
+
+    def jacobian(self, params, data, names):
+        """(J (m, p) in natural parameters, flat in `names` order; r (m,); valid (m,)) as numpy arrays."""
+        params = {k: jnp.asarray(params[k]) for k in names}
+        if self.structured is not None:
+            if "structured" not in self.jac:
+                self.jac["structured"] = jax.jit(self.structured)
+            (Js, Jo), r, valid = self.jac["structured"](params, data)
+            E, m_e = r.shape[0], r.shape[1]
+            blocks = []
+            for k in names:
+                if k in self.per_experiment:
+                    Jk = np.asarray(Jo[k]).reshape(E, m_e, -1)
+                    s = Jk.shape[2]
+                    block = np.zeros((E * m_e, E * s))
+                    for e in range(E):
+                        block[e * m_e : (e + 1) * m_e, e * s : (e + 1) * s] = Jk[e]
+                else:
+                    block = np.asarray(Js[k]).reshape(E * m_e, -1)
+                blocks.append(block)
+            return np.concatenate(blocks, axis=1), np.asarray(r).reshape(-1), np.asarray(valid).reshape(-1)
+        shapes = [params[k].shape for k in names]
+
+        def flat_r(theta, data):
+            parts, i = {}, 0
+            for k, shape in zip(names, shapes):
+                size = int(np.prod(shape))
+                parts[k] = theta[i : i + size].reshape(shape)
+                i += size
+            r, valid = self.residuals(parts, data)
+            return r, (r, valid)
+
+        theta = jnp.concatenate([jnp.ravel(params[k]) for k in names])
+        key = (tuple(names), tuple(shapes))
+        if key not in self.jac:  # forward mode where the model has it (p columns), else reverse (m rows)
+            forward = _forward_ok(lambda t: flat_r(t, data)[0], theta)
+            self.jac[key] = jax.jit((jax.jacfwd if forward else jax.jacrev)(flat_r, has_aux=True))
+        J, (r, valid) = self.jac[key](theta, data)
+        return np.asarray(J), np.asarray(r), np.asarray(valid)
+
+
+_PROBLEMS = {}
+_UPDATES = {}
+_CACHE_SIZE = 32
+_DEFAULT_OPTIMIZER = optax.adam(0.05)
+
+
+def _cached(cache, key, make):
+    if key not in cache:
+        if len(cache) >= _CACHE_SIZE:
+            cache.pop(next(iter(cache)))
+        cache[key] = make()
+    return cache[key]
+
+
+def _problem(residuals=None, data=None, predict=None, experiments=None, per_experiment=()):
+    """The `_Problem` for the user's arguments, or None for a plain loss."""
+    per_experiment = tuple(per_experiment)
+    if predict is not None or experiments is not None:
+        if predict is None or experiments is None:
+            raise TypeError("predict= and experiments= go together: predict(params, inputs) -> (T, n) per experiment")
+        if not isinstance(experiments, Experiments):
+            raise TypeError(f"experiments must be an Experiments(observed, inputs, mask), got {type(experiments)}")
+        if residuals is not None or data is not None:
+            raise TypeError("give either residuals= (with data=) or predict= with experiments=, not both")
+        return _cached(
+            _PROBLEMS,
+            ("experiments", predict, per_experiment),
+            lambda: _Problem(*_experiment_functions(predict, per_experiment), per_experiment),
+        )
+    if per_experiment:
+        raise TypeError("per_experiment= needs predict= and experiments=")
+    if residuals is None:
+        return None
+    if not callable(residuals):
+        raise TypeError(f"residuals must be a function of the parameters returning a vector, got {residuals!r}")
+    with_data = data is not None
+    return _cached(
+        _PROBLEMS, ("residuals", residuals, with_data), lambda: _Problem(_user_residuals(residuals, with_data))
+    )
+
+
+class Uncertainty(eqx.Module):
+    """Gauss-Newton uncertainty of fitted parameters (see `uncertainty`). Per-parameter dicts have the parameters' shapes.
+
+    Attributes:
+        std: dict of standard deviations (inf where not identified).
+        interval: dict name -> (lo, hi) of the two-sided `level` confidence interval,
+            value -/+ t_{m-p} std (Student t with m - p degrees of freedom).
+        identified: dict of bools; False where the data do not constrain the entry.
+        range: dict name -> (lo, hi): for entries not identified, the values of that
+            entry (the others held at the optimum) whose residual sum of squares stays
+            within chi2_1(level) sigma^2 of the optimum: the data say only that the
+            entry lies there; a side the scan never left is -inf / +inf (or the
+            bound of an `Interval`). NaN for identified entries.
+        covariance: (p, p) sigma^2 (J^T J)^-1 over the flat entries in `names` order
+            (pseudo-inverse on the identified entries; NaN rows for the others).
+        names: the parameter names, the order of the flat entries.
+        singular_values: the singular values of the residual Jacobian J (m, p) in
+            the natural parameters, largest first.
+        rms: the RMS of the (weighted) residuals at the optimum, sqrt(RSS / m).
+        sigma: the noise level used: sqrt(RSS / (m - p)).
+        noise: the noise level the user gave, or None.
+        m: the number of observed residuals; p: the number of parameters; dof: m - p.
+        level: the confidence level; quantile: the Student t quantile used.
+    """
+
+    std: dict
+    interval: dict
+    identified: dict
+    range: dict
+    covariance: np.ndarray
+    names: tuple
+    singular_values: np.ndarray
+    rms: float
+    sigma: float
+    noise: object
+    m: int
+    p: int
+    dof: int
+    level: float
+    quantile: float
+
+
+def _scan_range(problem, params, data, names, bounds, index, rss_min, threshold):
+    """(lo, hi) of flat entry `index`: how far it moves, in its unconstrained coordinate, before RSS > threshold."""
+    sizes = [int(np.size(params[k])) for k in names]
+    offsets = np.cumsum([0] + sizes)
+    j = int(np.searchsorted(offsets, index, side="right") - 1)
+    name, within = names[j], index - offsets[j]
+    bound = bounds.get(name, Free())
+    base = np.array(params[name], dtype=float)
+    u0 = float(np.ravel(np.asarray(bound.to_free(base)))[within])
+    span = 12.0 if isinstance(bound, (Positive, Interval)) else 1e3 * max(1.0, abs(u0))
+
+    def rss(u):
+        value = base.copy().reshape(-1)
+        value[within] = float(bound.to_param(jnp.asarray(u)))
+        trial = {k: (jnp.asarray(value.reshape(base.shape)) if k == name else params[k]) for k in params}
+        _, r, valid = problem.jacobian(trial, data, names)  # the compiled Jacobian also gives r: no new compile
+        return float((r * valid) @ (r * valid))
+
+    ends = []
+    for direction in (-1.0, 1.0):
+        far = u0 + direction * span
+        if rss(far) <= threshold:
+            end = {Positive: (0.0, np.inf), Interval: (getattr(bound, "lo", 0.0), getattr(bound, "hi", 1.0))}
+            ends.append(end.get(type(bound), (-np.inf, np.inf))[direction > 0])
+            continue
+        inside, outside = u0, far
+        for _ in range(30):  # 12 / 2^30: 1e-8 in the unconstrained coordinate
+            mid = 0.5 * (inside + outside)
+            inside, outside = (mid, outside) if rss(mid) <= threshold else (inside, mid)
+        ends.append(float(bound.to_param(jnp.asarray(inside))))
+    return tuple(ends)
+
+
+def _assess(problem, params, data, names, bounds, *, noise, level, rcond, rel_std, warn, label):
+    from scipy import stats
+
+    J, r, valid = problem.jacobian(params, data, names)
+    keep = valid > 0
+    J, r = J[keep], r[keep]
+    m, p = J.shape
+    theta = np.concatenate([np.ravel(np.asarray(params[k], dtype=float)) for k in names])
+    dof = m - p
+    if dof < 1:
+        raise ValueError(f"{label}: {m} observed residuals cannot give the uncertainty of {p} parameters (need m > p)")
+    rss = float(r @ r)
+    sigma2 = rss / dof
+    col = np.linalg.norm(J, axis=0)
+    flat = col <= 1e-12 * max(float(col.max()), 1e-300) + 1e-300  # d r / d theta_j vanishes: no information
+    ok = ~flat
+    cov = np.full((p, p), np.nan)
+    if ok.any():
+        cov_ok = sigma2 * np.linalg.pinv(J[:, ok].T @ J[:, ok], rcond=1e-15, hermitian=True)
+        cov[np.ix_(ok, ok)] = cov_ok
+    std = np.where(ok, np.sqrt(np.abs(np.diag(cov))), np.inf)
+    singular = np.linalg.svd(J, compute_uv=False)
+    # Relative sensitivity: a direction of J D (D = |theta| scaling) with a tiny singular value.
+    scale = np.maximum(np.abs(theta), 1e-12)
+    _, s_scaled, Vt = np.linalg.svd(J * scale, full_matrices=False)
+    weak = np.zeros(p, bool)
+    if s_scaled.size and s_scaled[0] > 0:
+        for s_k, v_k in zip(s_scaled, Vt):
+            if s_k < rcond * s_scaled[0]:
+                weak |= v_k**2 > 0.1
+    loose = (np.abs(theta) > 0) & (std > rel_std * np.abs(theta))
+    unidentified = flat | weak | loose
+    t = float(stats.t.ppf(0.5 + level / 2, dof))
+    rng = np.full((p, 2), np.nan)
+    if unidentified.any():
+        threshold = rss + float(stats.chi2.ppf(level, 1)) * sigma2 + 1e-12 * rss
+        for i in np.where(unidentified)[0]:
+            rng[i] = _scan_range(problem, params, data, names, bounds, int(i), rss, threshold)
+
+    def per_name(x):
+        out, i = {}, 0
+        for k in names:
+            shape = np.shape(params[k])
+            size = int(np.prod(shape))
+            out[k] = x[i : i + size].reshape(shape + x.shape[1:])
+            i += size
+        return out
+
+    result = Uncertainty(
+        std=per_name(std),
+        interval={
+            k: (v[..., 0], v[..., 1]) for k, v in per_name(np.stack([theta - t * std, theta + t * std], -1)).items()
+        },
+        identified=per_name(~unidentified),
+        range={k: (v[..., 0], v[..., 1]) for k, v in per_name(rng).items()},
+        covariance=cov,
+        names=tuple(names),
+        singular_values=singular,
+        rms=float(np.sqrt(rss / m)),
+        sigma=float(np.sqrt(sigma2)),
+        noise=noise,
+        m=m,
+        p=p,
+        dof=dof,
+        level=level,
+        quantile=t,
+    )
+    if warn:
+        _warn(result, params, bounds, names, flat, weak, loose, rng, label)
+    return result
+
+
+def _warn(result, params, bounds, names, flat, weak, loose, rng, label):
+    import warnings
+
+    entries = []
+    for k in names:
+        size = int(np.size(params[k]))
+        entries += [k if size == 1 else f"{k}[{i}]" for i in range(size)]
+    lines = []
+    for i, name in enumerate(entries):
+        why = (
+            "the residuals do not depend on it (zero gradient)"
+            if flat[i]
+            else "a near-zero singular value of the residual Jacobian"
+            if weak[i]
+            else "its standard deviation exceeds its value"
+            if loose[i]
+            else None
+        )
+        if why:
+            lo, hi = rng[i]
+            lines.append(f"{name} ({why}); the data only say {lo:.6g} <= {name} <= {hi:.6g}")
+    if lines:
+        warnings.warn(f"{label}: not identified by the data: " + "; ".join(lines), stacklevel=3)
+    if result.noise is not None and result.rms > 1.5 * result.noise:
+        warnings.warn(
+            f"{label}: the RMS residual {result.rms:.3g} is far above the noise level {result.noise:.3g}: "
+            "the model does not explain the data (wrong model, wrong data, or a local minimum)",
+            stacklevel=3,
+        )
+    for k in names:
+        bound = bounds.get(k, Free())
+        if isinstance(bound, Interval):
+            s = (np.asarray(params[k], dtype=float) - bound.lo) / (bound.hi - bound.lo)
+            if np.any((s < 1e-6) | (s > 1 - 1e-6)):
+                warnings.warn(f"{label}: {k} sits on a bound of Interval({bound.lo}, {bound.hi})", stacklevel=3)
+
+
+def uncertainty(
+    residuals=None,
+    params=None,
+    data=None,
+    *,
+    predict=None,
+    experiments=None,
+    per_experiment=(),
+    bounds=None,
+    noise=None,
+    level=0.95,
+    rcond=1e-8,
+    rel_std=1.0,
+    warn=True,
+):
+    """The Gauss-Newton uncertainty of least-squares parameters at an optimum.
+
+    With r(theta) the residual vector (m observed entries) and J = dr/dtheta (m, p)
+    in the natural parameters (`jax.jacfwd` where the model allows forward mode,
+    else `jax.jacrev`; for `Experiments`, a `jacrev` per experiment, `vmap`ped):
+    covariance = sigma^2 (J^T J)^-1 with sigma^2 = RSS / (m - p); the intervals are
+    theta -/+ t std, t the Student t quantile with m - p degrees of freedom (the
+    noise is estimated from the residuals; t tends to the normal 1.96 for large m).
+    The approximation is linear: exact for a model linear in theta, good when the
+    interval is small against the curvature of r.
+
+    An entry is *not identified* (named in a `warnings.warn`, `identified` False)
+    when its Jacobian column is zero (a block that sticks all the time: mu does not
+    change the trajectory), when it takes part in a singular direction of the
+    relative-sensitivity Jacobian J diag(|theta|) below `rcond` times the largest,
+    or when its standard deviation exceeds `rel_std` times its value. For such
+    entries `range` gives, with the other entries held at the optimum, the values
+    whose RSS stays within chi2_1(level) sigma^2 of the optimum (a likelihood-ratio
+    bound, found by bisection in the entry's unconstrained coordinate): for the
+    sticking block, mu >= (about) tan(angle), the data only say that it sticks.
+
+    Args:
+        residuals: residuals(params) or, with `data`, residuals(params, data) ->
+            the residual vector r (any shape; flattened), or (r, valid) with valid
+            1 where observed. Weight r by 1/sigma_i yourself if the noise differs.
+        params: dict name -> value at the optimum (natural units).
+        data: the data argument of `residuals` (a pytree of arrays).
+        predict, experiments, per_experiment: the many-experiment form (see `fit`).
+        bounds: the `fit` bounds (used by the scan of unidentified entries).
+        noise: the noise level you expect (same units as r); the result reports it
+            beside the RMS residual and warns when the RMS is more than 1.5 times it.
+        level: the confidence level of `interval`.
+        rcond: the relative singular value below which a direction is unidentified.
+        rel_std: the relative standard deviation above which an entry is unidentified.
+        warn: emit the warnings.
+
+    Returns:
+        An `Uncertainty`.
+    """
+    if not isinstance(params, dict) or not params:
+        raise TypeError("params must be a non-empty dict name -> value")
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level!r}")
+    problem = _problem(residuals, data, predict, experiments, per_experiment)
+    if problem is None:
+        raise TypeError(
+            "uncertainty needs residuals= (a function returning the residual vector) or predict= with experiments="
+        )
+    data = experiments if experiments is not None else data
+    params = {k: jnp.asarray(v, dtype=jnp.result_type(v, float)) for k, v in params.items()}
+    return _assess(
+        problem,
+        params,
+        data,
+        list(params),
+        dict(bounds or {}),
+        noise=noise,
+        level=level,
+        rcond=rcond,
+        rel_std=rel_std,
+        warn=warn,
+        label="uncertainty",
+    )
+
+
 class FitResult(eqx.Module):
     """The result of `fit`.
 
     Attributes:
-        params: dict of the fitted parameters (in their natural units).
+        params: dict of the fitted parameters (in their natural units): the best
+            iterate evaluated (lowest loss), not necessarily the last.
+        loss: the loss at `params` (the lowest in `loss_history`).
+        best_step: the index in `loss_history` of that iterate.
         loss_history: (k,) the loss at each optimizer step (before the update).
         grad_norms: (k,) the gradient norm in the unconstrained coordinates.
         param_history: dict of (k,) arrays, each parameter at each step.
         steps: the number of optimizer steps taken.
         converged: True if a tolerance stopped the fit (False: the step budget did).
         seconds: wall time of the fit, compile included.
+        uncertainty: an `Uncertainty` at `params` when the fit was given residuals
+            (`residuals=` or `predict=` with `experiments=`), else None.
     """
 
     params: dict
@@ -126,11 +596,53 @@ class FitResult(eqx.Module):
     steps: int
     converged: bool
     seconds: float
+    loss: float = np.nan
+    best_step: int = 0
+    uncertainty: object = None
+
+    @property
+    def std(self):
+        """The standard deviations (`uncertainty.std`)."""
+        return None if self.uncertainty is None else self.uncertainty.std
+
+    @property
+    def interval(self):
+        """The confidence intervals (`uncertainty.interval`)."""
+        return None if self.uncertainty is None else self.uncertainty.interval
+
+
+def _mean_square(problem):
+    def loss(params, data):
+        r, valid = problem.residuals(params, data)
+        return jnp.sum(valid * r * r) / jnp.maximum(jnp.sum(valid), 1.0)
+
+    return loss
+
+
+def _make_update(objective_of, maps, optimizer, with_data):
+    """The jitted optimizer step: (u, state, data) -> (u_next, state, loss, grad norm)."""
+    extra = isinstance(optimizer, optax.GradientTransformationExtraArgs)
+
+    def natural(u):
+        return {k: maps[k].to_param(x) for k, x in u.items()}
+
+    @jax.jit
+    def update(u, state, data):
+        objective = lambda u: objective_of(natural(u), data) if with_data else objective_of(natural(u))
+        value, g = jax.value_and_grad(objective)(u)
+        gnorm = _norm(g)
+        if extra:  # line-search methods (optax.lbfgs) need the objective
+            updates, state = optimizer.update(g, state, u, value=value, grad=g, value_fn=objective)
+        else:
+            updates, state = optimizer.update(g, state, u)
+        return optax.apply_updates(u, updates), state, value, gnorm
+
+    return update
 
 
 def fit(
-    loss,
-    params,
+    loss=None,
+    params=None,
     *,
     bounds=None,
     optimizer=None,
@@ -141,12 +653,38 @@ def fit(
     patience=5,
     progress=True,
     desc="fit",
+    data=None,
+    residuals=None,
+    predict=None,
+    experiments=None,
+    per_experiment=(),
+    noise=None,
+    level=0.95,
 ):
-    """Minimize `loss(params)` over the parameters by gradient descent with optax.
+    """Minimize a loss over the parameters by gradient descent with optax.
+
+    Three ways to state the problem:
+
+    - `loss(params)` (or `loss(params, data)` with `data=`): a scalar.
+    - `residuals=fn`: fn(params) (or fn(params, data)) returns the residual vector
+      r (or (r, valid)); the loss is its mean square over the valid entries, and
+      the result carries the Gauss-Newton `uncertainty` at the optimum.
+    - `predict=fn, experiments=Experiments(observed, inputs, mask)`: many
+      experiments sharing the physical parameters. fn(params, inputs_e) returns
+      one experiment's (T, n) prediction from its inputs (initial state, ...);
+      it is `vmap`ped over the experiments, and the residuals are the masked,
+      weighted prediction errors. Names in `per_experiment` are nuisance
+      parameters with a leading axis E (initial velocity, ...): experiment e sees
+      its own slice. The result carries the `uncertainty`.
+
+    Pass the data as `data=` or `experiments=` and define the function once: the
+    compiled step is cached on (function, bounds, optimizer) and the data are its
+    argument, so a second fit on new data of the same shapes does not recompile
+    (a new lambda, or a new optimizer object, does).
 
     Args:
-        loss: a function of a dict of parameters, returning a scalar; it usually
-            simulates a scene built from them and compares with data
+        loss: a function of a dict of parameters (and `data`), returning a scalar;
+            it usually simulates a scene built from them and compares with data
             (`trajectory_loss`). It is `jit`-compiled once.
         params: dict name -> initial value (scalars or arrays).
         bounds: dict name -> `Free()`, `Positive()` or `Interval(lo, hi)`;
@@ -163,15 +701,24 @@ def fit(
         patience: see `param_rtol`.
         progress: show a tqdm progress bar with the loss.
         desc: the progress bar's label.
+        data: the data argument of `loss` or `residuals` (a pytree of arrays).
+        residuals, predict, experiments, per_experiment: see above.
+        noise: the expected noise level, reported beside the RMS residual (see
+            `uncertainty`).
+        level: the confidence level of the intervals.
 
     Returns:
-        A `FitResult`. A non-finite loss or gradient stops the fit with an error
-        naming the step and the parameters.
+        A `FitResult` holding the best iterate evaluated. A non-finite loss or
+        gradient stops the fit with an error naming the step and the parameters.
     """
     from tqdm.auto import tqdm
 
-    if not callable(loss):
-        raise TypeError(f"loss must be a function of the dict of parameters, got {loss!r}")
+    problem = _problem(residuals, data, predict, experiments, per_experiment)
+    if problem is None:
+        if not callable(loss):
+            raise TypeError(f"loss must be a function of the dict of parameters, got {loss!r}")
+    elif loss is not None:
+        raise TypeError("give either loss or residuals= / predict= with experiments=, not both")
     if not isinstance(params, dict) or not params:
         raise TypeError("params must be a non-empty dict name -> initial value")
     for name, count in (("steps", steps), ("patience", patience)):
@@ -191,34 +738,37 @@ def fit(
             raise TypeError(f"bounds[{name!r}] must be Free(), Positive() or Interval(lo, hi), got {bound!r}")
     for name in params:
         check_value(f"initial {name}", params[name])
+    if experiments is not None:
+        data = experiments
+        missing = set(per_experiment) - set(params)
+        if missing:
+            raise ValueError(f"per_experiment names parameters that are not fitted: {sorted(missing)}")
+        for k in per_experiment:
+            if np.ndim(params[k]) == 0 or np.shape(params[k])[0] != experiments.count:
+                raise ValueError(
+                    f"per-experiment parameter {k!r} needs the leading axis E = {experiments.count}, "
+                    f"got shape {np.shape(params[k])}"
+                )
     maps = {k: bounds.get(k, Free()) for k in params}
     u = {k: maps[k].to_free(jnp.asarray(v, dtype=jnp.result_type(float))) for k, v in params.items()}
-    optimizer = optax.adam(0.05) if optimizer is None else optimizer
+    optimizer = _DEFAULT_OPTIMIZER if optimizer is None else optimizer
     state = optimizer.init(u)
+    objective_of = loss if problem is None else _mean_square(problem)
+    with_data = data is not None or problem is not None
+    key = (objective_of if problem is None else problem, tuple(sorted(maps.items())), optimizer, with_data)
+    update = _cached(_UPDATES, key, lambda: _make_update(objective_of, maps, optimizer, with_data))
 
     def natural(u):
         return {k: maps[k].to_param(x) for k, x in u.items()}
 
-    objective = lambda u: loss(natural(u))
-    extra = isinstance(optimizer, optax.GradientTransformationExtraArgs)
-
-    @jax.jit
-    def update(u, state):
-        value, g = jax.value_and_grad(objective)(u)
-        gnorm = _norm(g)
-        if extra:  # line-search methods (optax.lbfgs) need the objective
-            updates, state = optimizer.update(g, state, u, value=value, grad=g, value_fn=objective)
-        else:
-            updates, state = optimizer.update(g, state, u)
-        return optax.apply_updates(u, updates), state, value, gnorm
-
     losses, gnorms, history = [], [], {k: [] for k in params}
+    best_u, best_loss, best_step = u, np.inf, 0
     converged = False
     start = time.perf_counter()
     bar = tqdm(total=steps, desc=desc, disable=None if progress else True, leave=False)  # None: off without a terminal
     for i in range(steps):
         p = natural(u)
-        u_next, state, value, gnorm = update(u, state)
+        u_next, state, value, gnorm = update(u, state, data)
         value, gnorm = float(value), float(gnorm)
         if not (np.isfinite(value) and np.isfinite(gnorm)):
             bar.close()
@@ -228,6 +778,8 @@ def fit(
         gnorms.append(gnorm)
         for k in params:
             history[k].append(np.asarray(p[k]))
+        if value < best_loss:
+            best_u, best_loss, best_step = u, value, i
         bar.set_postfix(loss=f"{value:.3e}", grad=f"{gnorm:.1e}")
         bar.update()
         if value <= loss_tol or gnorm <= grad_tol:
@@ -247,13 +799,31 @@ def fit(
                 converged = True
                 break
     bar.close()
-    final = natural(u)
+    best = {k: np.asarray(v) for k, v in natural(best_u).items()}
+    found = None
+    if problem is not None:
+        found = _assess(
+            problem,
+            {k: jnp.asarray(v) for k, v in best.items()},
+            data,
+            list(params),
+            bounds,
+            noise=noise,
+            level=level,
+            rcond=1e-8,
+            rel_std=1.0,
+            warn=True,
+            label=desc,
+        )
     return FitResult(
-        params={k: np.asarray(v) for k, v in final.items()},
+        params=best,
         loss_history=np.asarray(losses),
         grad_norms=np.asarray(gnorms),
         param_history={k: np.stack(v) for k, v in history.items()},
         steps=len(losses),
         converged=converged,
         seconds=time.perf_counter() - start,
+        loss=float(best_loss),
+        best_step=best_step,
+        uncertainty=found,
     )
