@@ -49,12 +49,20 @@ class Free(eqx.Module):
     def to_free(self, p):
         return p
 
+    def slope(self, u):
+        """d p / d u (numpy)."""
+        return np.ones_like(np.asarray(u, dtype=float))
+
 
 class Positive(eqx.Module):
     """A positive parameter, optimized in log space: p = exp(u)."""
 
     def to_param(self, u):
         return jnp.exp(u)
+
+    def slope(self, u):
+        """d p / d u (numpy)."""
+        return np.exp(np.asarray(u, dtype=float))
 
     def to_free(self, p):
         if not np.all(np.asarray(p) > 0):
@@ -76,6 +84,11 @@ class Interval(eqx.Module):
 
     def to_param(self, u):
         return self.lo + (self.hi - self.lo) * jax.nn.sigmoid(u)
+
+    def slope(self, u):
+        """d p / d u (numpy)."""
+        s = 1.0 / (1.0 + np.exp(-np.asarray(u, dtype=float)))
+        return (self.hi - self.lo) * s * (1.0 - s)
 
     def to_free(self, p):
         s = (np.asarray(p, dtype=float) - self.lo) / (self.hi - self.lo)
@@ -571,6 +584,28 @@ def uncertainty(
     )
 
 
+class LevenbergMarquardt(eqx.Module):
+    """Levenberg-Marquardt for `fit` with residuals: Gauss-Newton steps damped by lam diag(J^T J).
+
+    For least squares it needs a handful of steps where a gradient method needs
+    hundreds, and it reuses the compiled Jacobian that the uncertainty needs (no
+    gradient step to compile). The steps are taken in the unconstrained
+    coordinates of the bounds. A step that does not lower the loss is retried
+    with lam multiplied by `increase` (at most `retries` times); an accepted one
+    divides lam by `decrease`. The fit converges when no retry lowers the loss.
+
+    Attributes:
+        damping: the initial lam.
+        increase, decrease: the factors on lam after a rejected / accepted step.
+        retries: the rejected steps allowed per iteration.
+    """
+
+    damping: float = eqx.field(static=True, default=1e-3)
+    increase: float = eqx.field(static=True, default=4.0)
+    decrease: float = eqx.field(static=True, default=3.0)
+    retries: int = eqx.field(static=True, default=12)
+
+
 class FitResult(eqx.Module):
     """The result of `fit`.
 
@@ -638,6 +673,77 @@ def _make_update(objective_of, maps, optimizer, with_data):
         return optax.apply_updates(u, updates), state, value, gnorm
 
     return update
+
+
+def _fit_lm(problem, lm, params, maps, data, *, steps, loss_tol, grad_tol, param_rtol, patience, bar):
+    """The Levenberg-Marquardt loop on the host, with the problem's compiled Jacobian."""
+    names = list(params)
+    shapes = [np.shape(params[k]) for k in names]
+    sizes = [int(np.prod(x)) for x in shapes]
+
+    def natural(u_flat):
+        out, i = {}, 0
+        for k, shape, size in zip(names, shapes, sizes):
+            out[k] = maps[k].to_param(jnp.asarray(u_flat[i : i + size].reshape(shape)))
+            i += size
+        return out
+
+    def evaluate(u_flat):
+        p = natural(u_flat)
+        J, r, valid = problem.jacobian(p, data, names)
+        keep = valid > 0
+        J, r = J[keep], r[keep]
+        m = max(len(r), 1)
+        # d theta / d u, entry by entry (every bound maps each entry on its own)
+        starts = np.cumsum([0] + sizes[:-1])
+        chain = np.concatenate([maps[k].slope(u_flat[i : i + n]) for k, i, n in zip(names, starts, sizes)])
+        Ju = J * chain
+        return p, float(r @ r) / m, Ju, r, m
+
+    u = np.concatenate([np.ravel(np.asarray(maps[k].to_free(jnp.asarray(params[k], float)))) for k in names])
+    lam = lm.damping
+    p, value, Ju, r, m = evaluate(u)
+    losses, gnorms, history = [], [], {k: [] for k in names}
+    converged = small_step = False
+    for i in range(steps):
+        g = Ju.T @ r
+        gnorm = float(np.linalg.norm(2 * g / m))
+        if not (np.isfinite(value) and np.isfinite(gnorm)):
+            current = {k: np.asarray(v).tolist() for k, v in p.items()}
+            raise FloatingPointError(f"fit: non-finite loss or gradient at step {i} with parameters {current}")
+        losses.append(value)
+        gnorms.append(gnorm)
+        for k in names:
+            history[k].append(np.asarray(p[k]))
+        bar.set_postfix(loss=f"{value:.3e}", grad=f"{gnorm:.1e}")
+        bar.update()
+        if value <= loss_tol or gnorm <= grad_tol or small_step:
+            converged = True
+            break
+        if i == steps - 1:
+            break
+        A = Ju.T @ Ju
+        accepted = False
+        for _ in range(lm.retries):
+            damped = A + lam * np.diag(np.maximum(np.diag(A), 1e-12 * max(np.max(np.diag(A)), 1e-300)))
+            delta = -np.linalg.lstsq(damped, g, rcond=None)[0]
+            trial = evaluate(u + delta)
+            if np.isfinite(trial[1]) and trial[1] < value:
+                before = p
+                u, (p, value, Ju, r, m) = u + delta, trial
+                lam = max(lam / lm.decrease, 1e-12)
+                accepted = True
+                break
+            lam *= lm.increase
+        if not accepted:  # no damped step lowers the loss: a minimum (to round-off)
+            converged = True
+            break
+        if param_rtol > 0:  # stop after recording this point when it barely moved
+            small_step = all(
+                np.all(np.abs(np.asarray(p[k]) - np.asarray(before[k])) <= param_rtol * np.abs(np.asarray(p[k])))
+                for k in names
+            )
+    return losses, gnorms, history, converged
 
 
 def fit(
@@ -727,8 +833,12 @@ def fit(
     check_value("loss_tol", loss_tol, shape=())
     check_value("grad_tol", grad_tol, shape=(), nonnegative=True)
     check_value("param_rtol", param_rtol, shape=(), nonnegative=True)
-    if optimizer is not None and not isinstance(optimizer, optax.GradientTransformation):
-        raise TypeError(f"optimizer must be an optax GradientTransformation (optax.adam(...)), got {optimizer!r}")
+    if optimizer is not None and not isinstance(optimizer, (optax.GradientTransformation, LevenbergMarquardt)):
+        raise TypeError(
+            f"optimizer must be an optax GradientTransformation (optax.adam(...)) or LevenbergMarquardt(), got {optimizer!r}"
+        )
+    if isinstance(optimizer, LevenbergMarquardt) and problem is None:
+        raise TypeError("LevenbergMarquardt() needs residuals= or predict= with experiments=, not a scalar loss")
     bounds = dict(bounds or {})
     unknown = set(bounds) - set(params)
     if unknown:
@@ -750,6 +860,30 @@ def fit(
                     f"got shape {np.shape(params[k])}"
                 )
     maps = {k: bounds.get(k, Free()) for k in params}
+    if isinstance(optimizer, LevenbergMarquardt):
+        from tqdm.auto import tqdm
+
+        start = time.perf_counter()
+        bar = tqdm(total=steps, desc=desc, disable=None if progress else True, leave=False)
+        losses, gnorms, history, converged = _fit_lm(
+            problem,
+            optimizer,
+            {k: np.asarray(v, dtype=float) for k, v in params.items()},
+            maps,
+            data,
+            steps=steps,
+            loss_tol=loss_tol,
+            grad_tol=grad_tol,
+            param_rtol=param_rtol,
+            patience=patience,
+            bar=bar,
+        )
+        bar.close()
+        best_step = int(np.argmin(losses))
+        best = {k: np.asarray(v[best_step]) for k, v in history.items()}
+        return _finish(
+            problem, best, losses, gnorms, history, converged, start, best_step, data, bounds, noise, level, desc
+        )
     u = {k: maps[k].to_free(jnp.asarray(v, dtype=jnp.result_type(float))) for k, v in params.items()}
     optimizer = _DEFAULT_OPTIMIZER if optimizer is None else optimizer
     state = optimizer.init(u)
@@ -800,13 +934,19 @@ def fit(
                 break
     bar.close()
     best = {k: np.asarray(v) for k, v in natural(best_u).items()}
+    return _finish(
+        problem, best, losses, gnorms, history, converged, start, best_step, data, bounds, noise, level, desc
+    )
+
+
+def _finish(problem, best, losses, gnorms, history, converged, start, best_step, data, bounds, noise, level, desc):
     found = None
     if problem is not None:
         found = _assess(
             problem,
             {k: jnp.asarray(v) for k, v in best.items()},
             data,
-            list(params),
+            list(best),
             bounds,
             noise=noise,
             level=level,
@@ -823,7 +963,7 @@ def fit(
         steps=len(losses),
         converged=converged,
         seconds=time.perf_counter() - start,
-        loss=float(best_loss),
+        loss=float(losses[best_step]),
         best_step=best_step,
         uncertainty=found,
     )
