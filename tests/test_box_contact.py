@@ -11,6 +11,7 @@ penetration depth is the distance from the origin to its nearest facet.
 import functools
 import math
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -506,6 +507,29 @@ def test_tilted_box_dropped_on_a_box_settles_flat(cube_on_table):
     assert abs(abs(R[2]).max() - 1.0) <= 1e-9  # a face down
     np.testing.assert_allclose(traj.q[-1, 2], h, atol=1e-6)
     np.testing.assert_allclose(traj.v[-1], 0.0, atol=1e-9)  # at rest
+
+
+@pytest.mark.slow
+def test_gradients_through_a_box_sliding_on_a_box_are_exact():
+    """d x(t) / d mu and d x(t) / d v0 after 10 steps of sliding, through the box-box rollout.
+
+    While it slides, v_k = v0 - k h mu g and x_N = h sum_k v_k (k = 1..N), so the
+    derivatives are -h^2 g N (N + 1) / 2 and N h; central differences agree.
+    """
+    scene = rbd.scenes.cube_toss(mu=0.5)
+    q0 = jnp.array([0.0, 0.0, 0.05, 1.0, 0.0, 0.0, 0.0])
+    steps = 10
+
+    def final_x(mu, v0):
+        system = eqx.tree_at(lambda s: s.mu, scene.system, jnp.broadcast_to(mu, scene.system.mu.shape))
+        state = rbd.State(jnp.array(0.0), q0, jnp.stack([v0, 0.0, 0.0, 0.0, 0.0, 0.0]))
+        return rbd.simulate(system, state, dt=H, steps=steps).q[-1, 0]
+
+    d_mu, d_v0 = jax.jit(jax.grad(final_x, argnums=(0, 1)))(0.5, 1.0)
+    np.testing.assert_allclose(d_mu, -(H**2) * G * steps * (steps + 1) / 2, rtol=1e-9)
+    np.testing.assert_allclose(d_v0, steps * H, rtol=1e-9)
+    f, eps = jax.jit(final_x), 1e-6
+    np.testing.assert_allclose((f(0.5 + eps, 1.0) - f(0.5 - eps, 1.0)) / (2 * eps), d_mu, rtol=FD)
 
 
 @pytest.mark.slow

@@ -186,16 +186,14 @@ def _box_box_distance(pa, Ra, ha, pb, Rb, hb, planar=False):
     return _nearest(jnp.concatenate(dist), jnp.concatenate(wa), jnp.concatenate(wb))
 
 
-def _spread(xy, z, valid, tie, count):
-    """Indices of `count` (2 or 4) of the valid points: the deepest, the farthest from it, then the widest."""
+def _spread(xy, z, valid, tie):
+    """Indices of 4 of the valid points: the deepest, the farthest from it, then the widest on either side."""
     big = jnp.inf
     zmin = jnp.min(jnp.where(valid, z, big))
     near = valid & (z <= zmin + tie)
     i0 = jnp.argmax(jnp.where(near, xy[:, 0] + 0.618 * xy[:, 1], -big))
     rel = xy - xy[i0]
     i1 = jnp.argmax(jnp.where(valid, jnp.sum(rel * rel, -1), -big))
-    if count == 2:
-        return jnp.stack([i0, i1])
     e = rel[i1]
     area = e[0] * rel[:, 1] - e[1] * rel[:, 0]
     i2 = jnp.argmax(jnp.where(valid, area, -big))
@@ -245,7 +243,7 @@ def _face_manifold(p_r, R_r, h_r, k, p_i, R_i, h_i, tie):
     P = jnp.concatenate(points)
     valid = jnp.concatenate(valid)
     valid = jnp.where(jnp.any(valid), valid, jnp.arange(P.shape[0]) < 4)  # nothing inside: the incident face
-    idx = _spread(P[:, :2], P[:, 2], valid, tie, 4)
+    idx = _spread(P[:, :2], P[:, 2], valid, tie)
     P = P[idx]
     gap = P[:, 2]
     x = c_f + P @ frame - 0.5 * gap[:, None] * n_r
