@@ -20,7 +20,7 @@ import numpy as np
 
 from .. import _rotation as rot
 from .. import cones, geometry
-from .._validate import as_float, check_inertia, check_value, is_traced
+from .._validate import as_float, check_inertia, check_shape, check_value, is_traced
 from ..dynamics import project_to_joints
 from ..geometry import BroadPhase, PairGroup
 from ..model import Scene, State
@@ -368,10 +368,12 @@ class SceneBuilder:
             raise ValueError(f"joint {name!r}: range applies only to revolute and slide joints, got kind {kind!r}")
         if isinstance(range, (str, bytes)) or not hasattr(range, "__len__") or len(range) != 2:
             raise ValueError(f"joint {name!r}: range must be a pair (lo, hi), got {range!r}")
-        lo, hi = as_float(range[0]), as_float(range[1])
+        lo, hi = range
         if is_traced(lo, hi):  # traced limits: both stops exist
-            return (lo, hi), (True, True)
-        flo, fhi = float(lo), float(hi)
+            return (as_float(lo), as_float(hi)), (True, True)
+        check_shape(f"range of joint {name!r}", lo, ())
+        check_shape(f"range of joint {name!r}", hi, ())
+        flo, fhi = float(np.asarray(lo)), float(np.asarray(hi))
         unit = "rad" if kind == "revolute" else "m"
         if math.isnan(flo) or math.isnan(fhi) or not flo < fhi:
             raise ValueError(
@@ -383,7 +385,7 @@ class SceneBuilder:
             raise ValueError(
                 f"joint {name!r}: a 3D hinge range must span less than one turn (hi - lo < 2 pi), got {range!r}"
             )
-        return (lo, hi), (not math.isinf(flo), not math.isinf(fhi))
+        return (flo, fhi), (not math.isinf(flo), not math.isinf(fhi))
 
     def add_motor(self, name, joint=None, *, body=None, force=None, torque=None, gear=1.0):
         """Add a motor, one component of the control input u of `simulate(controls=...)`; returns its name.
