@@ -105,6 +105,23 @@ def test_stops_are_rows_of_the_contact_record(stops):
     assert [i for _, _, i in rows] == list(range(traj.impulses.normal.shape[1] - nl, traj.impulses.normal.shape[1]))
 
 
+def test_stops_follow_the_broad_phase_slots():
+    """With a broad phase the record has fewer slots than candidate pairs: the stops still follow the slots."""
+    b = rbd.SceneBuilder(dim=3, broadphase=2)
+    b.add_static("floor", rbd.Plane())
+    for i in range(4):
+        b.add_body(f"ball{i}", rbd.Sphere(0.1), mass=1.0, position=(0.3 * i, 0.0, 0.5))
+    b.add_body("arm", rbd.Sphere(0.05), mass=1.0, position=(0.8, 2.0, 2.0))
+    b.add_joint("hinge", "revolute", "arm", anchor=(0.0, 2.0, 2.0), axis=(0, 1, 0), range=(-0.5, 0.25))
+    scene = b.build()
+    contacts = scene.system.contacts(scene.state.q)
+    rows = scene.bodies.limit_rows()
+    assert contacts.limits == 2 and [i for _, _, i in rows] == [contacts.size - 2, contacts.size - 1]
+    assert contacts.size < len(scene.bodies.pair_names) + 2  # the broad phase keeps 2 of the 10 ball pairs
+    np.testing.assert_allclose(contacts.gap[-2:], [0.5, 0.25], rtol=1e-15)  # the coordinate is 0 at the start
+    assert float(contacts.mu[-1]) == 0.0 and bool(contacts.active[-1])
+
+
 def test_hinge_stops_the_pendulum_at_its_limit_and_reports_the_impulse(stops):
     scene, traj, coords = stops
     assert bool(traj.stats.converged.all()) and float(traj.stats.residual.max()) <= 1e-8

@@ -608,7 +608,7 @@ class BodyModel:
         `traj.impulses.normal` (also `traj.impulses.limit`) and of
         `traj.stats.active` are theirs.
         """
-        nc = len(self.pair_names)
+        nc = sum((len(g.index_a) if g.slots is None else g.slots) * g.capacity for g in self.groups)
         return tuple(
             (self.joints[j][0], "lower" if side > 0 else "upper", nc + k) for k, (j, side) in enumerate(self.limits)
         )
