@@ -32,7 +32,12 @@ How a box pair is resolved (3D):
   the two farthest from the line through those two on either side (the widest
   quadrilateral, as Bullet reduces manifolds). Fewer than four distinct points
   repeat one. Each gap is the height of the incident point above the reference
-  plane: the exact distance of the point to the face.
+  plane: the exact distance of the point to the face. The rows built from n and
+  the witness points (`BodyModel.collide`) are the exact gradients of these gaps
+  for incident vertices, for reference corners under a parallel face and for the
+  exact and edge-edge contacts; for a crossing of a tilted incident edge with a
+  side of the reference face they leave out the slide of the crossing along the
+  edge (the usual approximation of a clipped manifold).
 - an edge-edge axis: one contact at the closest points of the two edges, in
   every slot.
 - separated boxes: the SAT separation is only a lower bound of the distance when
