@@ -202,6 +202,8 @@ def simulate(
     Returns:
         A `Trajectory`; check `traj.stats.converged` (every step reports its
         residual) and `traj.stats.status` (a `StepStatus` per step: why it failed).
+        The impulses of the joint ranges' stops are `traj.impulses.limit`
+        (`scene.bodies.limit_rows()` says which is which).
     """
     _check_steps(dt, steps)
     if not isinstance(throw, bool):
