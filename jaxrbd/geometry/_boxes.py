@@ -38,8 +38,9 @@ How a box pair is resolved (3D):
   exact and edge-edge contacts; for a crossing of a tilted incident edge with a
   side of the reference face they leave out the slide of the crossing along the
   edge (the usual approximation of a clipped manifold).
-- an edge-edge axis: one contact at the closest points of the two edges, in
-  every slot.
+- an edge-edge axis: the closest points of the two edges and the mirror point
+  of their overlap (`_edge_pair`: both ends when the edges are nearly parallel),
+  each in two slots.
 - separated boxes: the SAT separation is only a lower bound of the distance when
   the nearest features are edges or vertices, so the exact distance is computed
   too, as the least of the 8 + 8 vertex-box distances and the 144 edge-edge
@@ -261,6 +262,37 @@ def _support_edge(p, R, h, axis, direction):
     return p + R @ (s * h), R[:, axis], h[axis]
 
 
+def _edge_pair(ca, ua, la, cb, ub, lb, n_e):
+    """Two contacts of an edge-edge axis n_e: the closest points of the edges and the mirror point of their overlap.
+
+    Slot 0: the closest points, gap (x_b - x_a) . n_e (the SAT separation; the
+    penetration depth when the axis has the least overlap). Slot 1, as in
+    `capsule_capsule`: the point of edge a mirrored about the middle of edge b's
+    projection onto it, with its closest point on edge b. Nearly parallel edges
+    touch along a segment and so get both its ends: with one point the box
+    pivots about it and the other end sinks. The gap of slot 1 is the SAT
+    separation plus the excess |d| - |d . n_e| of its pair d = x_b - x_a, never
+    below slot 0's: the distance |d| when separated, continuous through touching.
+
+    Returns gap (2,), n (2, 3) and the points on the two edges xa, xb (2, 3).
+    """
+    s, t = _segment_params(ca, ua, la, cb, ub, lb)
+    centre, half = ua @ (cb - ca), lb * jnp.abs(ua @ ub)
+    s_lo, s_hi = jnp.clip(centre - half, -la, la), jnp.clip(centre + half, -la, la)
+    s1 = jnp.clip(s_lo + s_hi - s, -la, la)
+    t1 = jnp.clip(ub @ (ca + s1 * ua - cb), -lb, lb)
+    xa = ca + jnp.stack([s, s1])[:, None] * ua
+    xb = cb + jnp.stack([t, t1])[:, None] * ub
+    sep = (xb[0] - xa[0]) @ n_e
+    d = xb[1] - xa[1]
+    along = d @ n_e
+    w = d + (jnp.abs(along) - along) * n_e  # d with its n_e component made >= 0 (|w| = |d|)
+    dist, n1 = _norm(w)
+    n1 = jnp.where(dist > 0, n1, n_e)
+    gap = jnp.stack([sep, sep + dist - jnp.abs(along)])
+    return gap, jnp.stack([n_e, n1]), xa, xb
+
+
 @functools.partial(jax.jit, static_argnames="dim")
 def box_box(a, b, dim):
     """Box-box: SAT, the clipped face manifold or the edge-edge contact, exact distance when separated.
@@ -288,13 +320,11 @@ def box_box(a, b, dim):
     n_e = L[ke] * _sign(L[ke] @ d)
     ca, ua, la = _support_edge(pa, Ra, ha, ke // 3, n_e)
     cb, ub, lb = _support_edge(pb, Rb, hb, ke % 3, -n_e)
-    s, t = _segment_params(ca, ua, la, cb, ub, lb)
-    xa, xb = ca + s * ua, cb + t * ub
-    gap = jnp.where(on_edge, (xb - xa) @ n_e, gap_f)
-    n = jnp.where(on_edge, n_e, n_f)
-    x = jnp.where(on_edge, 0.5 * (xa + xb), x_f)
-    gap, n = jnp.broadcast_to(gap, (4,)), jnp.broadcast_to(n, (4, 3))
-    x = jnp.broadcast_to(x, (4, 3))
+    gap_e, n_ee, xa, xb = _edge_pair(ca, ua, la, cb, ub, lb, n_e)
+    two = jnp.array([0, 1, 0, 1])  # the two edge contacts, each twice
+    gap = jnp.where(on_edge, gap_e[two], gap_f)
+    n = jnp.where(on_edge, n_ee[two], n_f)
+    x = jnp.where(on_edge, 0.5 * (xa + xb)[two], x_f)
     separated = jnp.maximum(jnp.max(sep_face), jnp.max(sep_edge)) > 0
     dist, wa, wb, n_star = _box_box_distance(pa, Ra, ha, pb, Rb, hb)
     return _with_exact(gap, n, x, separated, dist, n_star, 0.5 * (wa + wb), size)
@@ -367,7 +397,7 @@ def capsule_box(a, b, dim):
     segment with the box's edges; in planar scenes the box's z face and the
     axes out of the plane are left out), less the radius. A face axis: the
     segment clipped to the face, its two ends; a cross axis: the closest points
-    of the segment and the box edge. When the segment is outside the box, the
+    of the segment and the box edge and the mirror point (`_edge_pair`). When the segment is outside the box, the
     exact distance (ends to box, segment to the 12 edges) less the radius
     replaces slot 0 where the clipped ends do not reach it.
     """
@@ -411,12 +441,11 @@ def capsule_box(a, b, dim):
     # The cross axis: the segment against the box edge farthest along -n.
     n_e = L[ke] * _sign(L[ke] @ d)
     ce, ue, le = _support_edge(pb, Rb, hb, ke, -n_e)
-    s_e, t_e = _segment_params(c, u, hl, ce, ue, le)
-    xa, xb = c + s_e * u, ce + t_e * ue
-    gap_e = (xb - xa) @ n_e - r
+    gap_e, n_e, xa, _ = _edge_pair(c, u, hl, ce, ue, le, n_e)
+    gap_e = gap_e - r
     gap = jnp.where(on_edge, gap_e, gap_f)
-    n = jnp.broadcast_to(jnp.where(on_edge, n_e, -n_r), (2, 3))
-    x = jnp.where(on_edge, xa + (r + 0.5 * gap_e) * n_e, x_f)
+    n = jnp.where(on_edge, n_e, -n_r)
+    x = jnp.where(on_edge, xa + (r + 0.5 * gap_e)[:, None] * n_e, x_f)
     # The segment outside the box: its exact distance.
     outside = jnp.maximum(jnp.max(sep_face), jnp.max(sep_cross)) > 0
     ends = c + jnp.array([[-1.0], [1.0]]) * hl * u
