@@ -38,9 +38,12 @@ How a box pair is resolved (3D):
   exact and edge-edge contacts; for a crossing of a tilted incident edge with a
   side of the reference face they leave out the slide of the crossing along the
   edge (the usual approximation of a clipped manifold).
-- an edge-edge axis: the closest points of the two edges and the mirror point
-  of their overlap (`_edge_pair`: both ends when the edges are nearly parallel),
-  each in two slots.
+- an edge-edge axis: the closest points of the two edges (twice), and the
+  mirror point of each edge in the other box's shadow with its signed distance
+  to that box (`_mirror`): nearly parallel edges, or a face resting on an edge,
+  touch along a segment and get both its ends; a single point would let the box
+  pivot about it and sink at the other end. A point of one box inside the other
+  is never deeper than the penetration depth, so the least gap stays exact.
 - separated boxes: the SAT separation is only a lower bound of the distance when
   the nearest features are edges or vertices, so the exact distance is computed
   too, as the least of the 8 + 8 vertex-box distances and the 144 edge-edge
@@ -262,35 +265,29 @@ def _support_edge(p, R, h, axis, direction):
     return p + R @ (s * h), R[:, axis], h[axis]
 
 
-def _edge_pair(ca, ua, la, cb, ub, lb, n_e):
-    """Two contacts of an edge-edge axis n_e: the closest points of the edges and the mirror point of their overlap.
+def _signed_point_box(x, p, R, h):
+    """Signed distance of the point x to the box (inside: minus its depth below the nearest face) and the unit
+    normal out of the box at the nearest surface point (x - distance * normal)."""
+    c = (x - p) @ R
+    dist, n_out = _norm(c - jnp.clip(c, -h, h))
+    depth = h - jnp.abs(c)
+    inside = jnp.all(depth > 0)
+    k = jnp.argmin(depth)
+    n_in = jax.nn.one_hot(k, 3, dtype=c.dtype) * _sign(c[k])
+    return jnp.where(inside, -depth[k], dist), R @ jnp.where(inside, n_in, n_out)
 
-    Slot 0: the closest points, gap (x_b - x_a) . n_e (the SAT separation; the
-    penetration depth when the axis has the least overlap). Slot 1, as in
-    `capsule_capsule`: the point of edge a mirrored about the middle of edge b's
-    projection onto it, with its closest point on edge b. Nearly parallel edges
-    touch along a segment and so get both its ends: with one point the box
-    pivots about it and the other end sinks. The gap of slot 1 is the SAT
-    separation plus the excess |d| - |d . n_e| of its pair d = x_b - x_a, never
-    below slot 0's: the distance |d| when separated, continuous through touching.
 
-    Returns gap (2,), n (2, 3) and the points on the two edges xa, xb (2, 3).
+def _mirror(c, u, l, t0, p, R, h):
+    """The point of the edge (c, u, l) mirrored from c + t0 u about the middle of the box's shadow on the edge.
+
+    The shadow is the box's projection onto the edge's line, clamped to the edge.
+    Where the edge lies along the box (nearly parallel to a contact line) the
+    closest point is one end of the shadow and the mirror the other end; where
+    it crosses the box the shadow is short and the mirror near the closest point.
     """
-    s, t = _segment_params(ca, ua, la, cb, ub, lb)
-    centre, half = ua @ (cb - ca), lb * jnp.abs(ua @ ub)
-    s_lo, s_hi = jnp.clip(centre - half, -la, la), jnp.clip(centre + half, -la, la)
-    s1 = jnp.clip(s_lo + s_hi - s, -la, la)
-    t1 = jnp.clip(ub @ (ca + s1 * ua - cb), -lb, lb)
-    xa = ca + jnp.stack([s, s1])[:, None] * ua
-    xb = cb + jnp.stack([t, t1])[:, None] * ub
-    sep = (xb[0] - xa[0]) @ n_e
-    d = xb[1] - xa[1]
-    along = d @ n_e
-    w = d + (jnp.abs(along) - along) * n_e  # d with its n_e component made >= 0 (|w| = |d|)
-    dist, n1 = _norm(w)
-    n1 = jnp.where(dist > 0, n1, n_e)
-    gap = jnp.stack([sep, sep + dist - jnp.abs(along)])
-    return gap, jnp.stack([n_e, n1]), xa, xb
+    centre, half = u @ (p - c), jnp.abs(u @ R) @ h
+    lo, hi = jnp.clip(centre - half, -l, l), jnp.clip(centre + half, -l, l)
+    return c + jnp.clip(lo + hi - t0, -l, l) * u
 
 
 @functools.partial(jax.jit, static_argnames="dim")
@@ -320,14 +317,23 @@ def box_box(a, b, dim):
     n_e = L[ke] * _sign(L[ke] @ d)
     ca, ua, la = _support_edge(pa, Ra, ha, ke // 3, n_e)
     cb, ub, lb = _support_edge(pb, Rb, hb, ke % 3, -n_e)
-    gap_e, n_ee, xa, xb = _edge_pair(ca, ua, la, cb, ub, lb, n_e)
-    two = jnp.array([0, 1, 0, 1])  # the two edge contacts, each twice
-    gap = jnp.where(on_edge, gap_e[two], gap_f)
-    n = jnp.where(on_edge, n_ee[two], n_f)
-    x = jnp.where(on_edge, 0.5 * (xa + xb)[two], x_f)
+    s, t = _segment_params(ca, ua, la, cb, ub, lb)
+    xa, xb = ca + s * ua, cb + t * ub
+    # With the closest points, the mirror point of each edge in the other box's shadow, with its signed
+    # distance to that box: nearly parallel edges touch along a segment and get both its ends.
+    Pb = _mirror(cb, ub, lb, t, pa, Ra, ha)
+    gb, nb = _signed_point_box(Pb, pa, Ra, ha)
+    Pa = _mirror(ca, ua, la, s, pb, Rb, hb)
+    ga, na = _signed_point_box(Pa, pb, Rb, hb)
+    gap_e = jnp.stack([(xb - xa) @ n_e, gb, (xb - xa) @ n_e, ga])
+    n_ee = jnp.stack([n_e, nb, n_e, -na])
+    x_e = jnp.stack([0.5 * (xa + xb), Pb - 0.5 * gb * nb, 0.5 * (xa + xb), Pa - 0.5 * ga * na])
+    gap = jnp.where(on_edge, gap_e, gap_f)
+    n = jnp.where(on_edge, n_ee, n_f)
+    x = jnp.where(on_edge, x_e, x_f)
     separated = jnp.maximum(jnp.max(sep_face), jnp.max(sep_edge)) > 0
     dist, wa, wb, n_star = _box_box_distance(pa, Ra, ha, pb, Rb, hb)
-    return _with_exact(gap, n, x, separated, dist, n_star, 0.5 * (wa + wb), size)
+    return _with_exact(gap, n, x, separated, dist, n_star, 0.5 * (wa + wb), size)[:3]
 
 
 def _with_exact(gap, n, x, separated, dist, n_star, x_star, size):
@@ -345,7 +351,7 @@ def _with_exact(gap, n, x, separated, dist, n_star, x_star, size):
     gap = jnp.where(replace, dist, gap)
     n = jnp.where(replace[:, None], n_star, n)
     x = jnp.where(replace[:, None], x_star, x)
-    return gap, n, x
+    return gap, n, x, replace
 
 
 def _box_box_2d(a, b):
@@ -386,7 +392,7 @@ def _box_box_2d(a, b):
     n = jnp.broadcast_to(pick(n_r, -n_r), (2, 3))
     separated = jnp.max(sep) > 0
     dist, wa, wb, n_star = _box_box_distance(pa, Ra, ha, pb, Rb, hb, planar=True)
-    return _with_exact(gap, n, x, separated, dist, n_star, 0.5 * (wa + wb), size)
+    return _with_exact(gap, n, x, separated, dist, n_star, 0.5 * (wa + wb), size)[:3]
 
 
 @functools.partial(jax.jit, static_argnames="dim")
@@ -397,7 +403,7 @@ def capsule_box(a, b, dim):
     segment with the box's edges; in planar scenes the box's z face and the
     axes out of the plane are left out), less the radius. A face axis: the
     segment clipped to the face, its two ends; a cross axis: the closest points
-    of the segment and the box edge and the mirror point (`_edge_pair`). When the segment is outside the box, the
+    of the segment and the box edge, and the mirror point (`_mirror`). When the segment is outside the box, the
     exact distance (ends to box, segment to the 12 edges) less the radius
     replaces slot 0 where the clipped ends do not reach it.
     """
@@ -441,15 +447,26 @@ def capsule_box(a, b, dim):
     # The cross axis: the segment against the box edge farthest along -n.
     n_e = L[ke] * _sign(L[ke] @ d)
     ce, ue, le = _support_edge(pb, Rb, hb, ke, -n_e)
-    gap_e, n_e, xa, _ = _edge_pair(c, u, hl, ce, ue, le, n_e)
-    gap_e = gap_e - r
+    s_e, t_e = _segment_params(c, u, hl, ce, ue, le)
+    xa, xb = c + s_e * u, ce + t_e * ue
+    hb_d = hb.at[2].set(jnp.inf) if dim == 2 else hb  # planar: unbounded along z
+
+    def mirrored(s0):
+        """The mirror of the segment point s0 in the box's shadow: gap, normal (capsule to box), midpoint."""
+        P = _mirror(c, u, hl, s0, pb, Rb, hb)
+        g, n_out = _signed_point_box(P, pb, Rb, hb_d)
+        return g - r, -n_out, P - 0.5 * (r + g) * n_out
+
+    g1, n1, x1 = mirrored(s_e)
+    gap_e = jnp.stack([(xb - xa) @ n_e - r, g1])
+    n_e = jnp.stack([n_e, n1])
+    x_e = jnp.stack([xa + (r + 0.5 * gap_e[0]) * n_e[0], x1])
     gap = jnp.where(on_edge, gap_e, gap_f)
     n = jnp.where(on_edge, n_e, -n_r)
-    x = jnp.where(on_edge, xa + (r + 0.5 * gap_e)[:, None] * n_e, x_f)
+    x = jnp.where(on_edge, x_e, x_f)
     # The segment outside the box: its exact distance.
     outside = jnp.maximum(jnp.max(sep_face), jnp.max(sep_cross)) > 0
     ends = c + jnp.array([[-1.0], [1.0]]) * hl * u
-    hb_d = hb.at[2].set(jnp.inf) if dim == 2 else hb
     d1, w1 = _point_box(ends, pb, Rb, hb_d)
     ce, ue, le = _box_edges(pb, Rb, hb)
     s_e, t_e = _segment_params(c, u, hl, ce, ue, le)
@@ -460,7 +477,14 @@ def capsule_box(a, b, dim):
         jnp.concatenate([w1, xb_e]),
     )
     gap_star = dist - r
-    return _with_exact(gap, n, x, outside, gap_star, n_star, wa + (r + 0.5 * gap_star) * n_star, size)
+    gap, n, x, replaced = _with_exact(gap, n, x, outside, gap_star, n_star, wa + (r + 0.5 * gap_star) * n_star, size)
+    # Slot 0 replaced: slot 1 takes the mirror of the exact point (a capsule along a box edge gets both ends).
+    g1, n1, x1 = mirrored((wa - c) @ u)
+    return (
+        gap.at[1].set(jnp.where(replaced[0], g1, gap[1])),
+        n.at[1].set(jnp.where(replaced[0], n1, n[1])),
+        x.at[1].set(jnp.where(replaced[0], x1, x[1])),
+    )
 
 
 @functools.partial(jax.jit, static_argnames="dim")
