@@ -290,6 +290,21 @@ def _mirror(c, u, l, t0, p, R, h):
     return c + jnp.clip(lo + hi - t0, -l, l) * u
 
 
+def _mirror_contact(c, u, l, t0, p, R, h, h_distance):
+    """Signed distance and normal (out of the box) of the mirror point of the edge, after one alternation.
+
+    At the end of the shadow the nearest point of the box is a corner, and the
+    mirror point's normal would lean along the edge; the point of the edge
+    nearest to the box's nearest point (one step of alternating projections)
+    gives the normal across the edge. Returns (distance, normal, point on the edge).
+    """
+    P = _mirror(c, u, l, t0, p, R, h)
+    g, n_out = _signed_point_box(P, p, R, h_distance)
+    P = c + jnp.clip(u @ (P - g * n_out - c), -l, l) * u
+    g, n_out = _signed_point_box(P, p, R, h_distance)
+    return g, n_out, P
+
+
 @functools.partial(jax.jit, static_argnames="dim")
 def box_box(a, b, dim):
     """Box-box: SAT, the clipped face manifold or the edge-edge contact, exact distance when separated.
@@ -321,10 +336,8 @@ def box_box(a, b, dim):
     xa, xb = ca + s * ua, cb + t * ub
     # With the closest points, the mirror point of each edge in the other box's shadow, with its signed
     # distance to that box: nearly parallel edges touch along a segment and get both its ends.
-    Pb = _mirror(cb, ub, lb, t, pa, Ra, ha)
-    gb, nb = _signed_point_box(Pb, pa, Ra, ha)
-    Pa = _mirror(ca, ua, la, s, pb, Rb, hb)
-    ga, na = _signed_point_box(Pa, pb, Rb, hb)
+    gb, nb, Pb = _mirror_contact(cb, ub, lb, t, pa, Ra, ha, ha)
+    ga, na, Pa = _mirror_contact(ca, ua, la, s, pb, Rb, hb, hb)
     gap_e = jnp.stack([(xb - xa) @ n_e, gb, (xb - xa) @ n_e, ga])
     n_ee = jnp.stack([n_e, nb, n_e, -na])
     x_e = jnp.stack([0.5 * (xa + xb), Pb - 0.5 * gb * nb, 0.5 * (xa + xb), Pa - 0.5 * ga * na])
@@ -453,8 +466,7 @@ def capsule_box(a, b, dim):
 
     def mirrored(s0):
         """The mirror of the segment point s0 in the box's shadow: gap, normal (capsule to box), midpoint."""
-        P = _mirror(c, u, hl, s0, pb, Rb, hb)
-        g, n_out = _signed_point_box(P, pb, Rb, hb_d)
+        g, n_out, P = _mirror_contact(c, u, hl, s0, pb, Rb, hb, hb_d)
         return g - r, -n_out, P - 0.5 * (r + g) * n_out
 
     g1, n1, x1 = mirrored(s_e)
