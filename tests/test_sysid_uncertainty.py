@@ -128,6 +128,22 @@ def test_per_experiment_nuisance_parameters():
     np.testing.assert_allclose(result.params["v0"], v0, atol=5 * np.max(u.std["v0"]))
 
 
+def _product_residuals(p, x_obs):
+    return p["a"] * p["b"] * jnp.asarray(T) - x_obs
+
+
+def test_a_product_of_two_parameters_is_named_unidentified():
+    """Only a * b is in the data: J has a zero singular value, and both a and b are named."""
+    x_obs = 0.6 * jnp.asarray(T) + NOISE * jax.random.normal(jax.random.PRNGKey(9), T.shape)
+    with pytest.warns(UserWarning, match=r"not identified.*a \(a near-zero singular value.*b \(a near-zero"):
+        u = uncertainty(_product_residuals, {"a": 2.0, "b": 0.3}, x_obs)
+    assert not u.identified["a"] and not u.identified["b"]
+    assert u.singular_values[1] < 1e-8 * u.singular_values[0]
+    # With b held at 0.3 the data pin a down: its range is a narrow band around 2.
+    lo, hi = u.range["a"]
+    assert 1.9 < lo < 2.0 < hi < 2.1
+
+
 # -------------------------------------------------------------------------------------------
 # The simulated planar box: many throws, sticking, no recompiles
 
