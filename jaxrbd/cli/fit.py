@@ -146,13 +146,13 @@ def run_fit(path, *, scene, dt, out, force=False, steps=100, radius=0.1):
             params=params,
             steps=result.steps,
             converged=result.converged,
-            loss=float(result.loss_history[-1]),
+            loss=float(result.loss),
             seconds=result.seconds,
         )
         json.dump(summary, f, indent=2)
     _plot(data, observed, np.asarray(predict(result.params)), result, os.path.join(out, "fit.png"))
     print(f"{scene}: {main} = {params[main]:.6g}; all: {params}")
-    print(f"{result.steps} steps, final loss {result.loss_history[-1]:.3e}, {result.seconds:.1f} s")
+    print(f"{result.steps} steps, best loss {result.loss:.3e} (step {result.best_step}), {result.seconds:.1f} s")
     print(f"wrote {result_path} and {os.path.join(out, 'fit.png')}")
     return params
 

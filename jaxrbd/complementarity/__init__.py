@@ -10,4 +10,5 @@ from ._solve import solve_ncp as solve_ncp
 from ._solvers import Lemke as Lemke
 from ._solvers import SemismoothNewton as SemismoothNewton
 from ._solvers import Solver as Solver
+from ._solvers import within_tolerance as within_tolerance
 from ._status import Status as Status

@@ -41,10 +41,10 @@ import numpy as np
 from .. import dynamics
 from .._problems import LCP, natural_residual
 from .._validate import check_value
-from ..complementarity import Adjoint, implicit_solve
+from ..complementarity import Adjoint, Lemke, SemismoothNewton, implicit_solve, within_tolerance
 from ..complementarity._fb import fischer_burmeister_partials
 from ..complementarity._implicit import PINV_RTOL_FACTOR
-from ..complementarity._solvers import Lemke, SemismoothNewton, default_tol, within_tolerance
+from ..complementarity._solvers import default_tol
 from ..cones import PolyhedralCone
 from ..model import State
 from ._coloring import color_contacts, color_slots
@@ -375,9 +375,12 @@ def _dense_fallback(blocks, z, fallback, tol):
         return ~tried & ~within_tolerance(residual(z), z, tol)
 
     def solve(state):
-        z, fallback, _ = state
+        # The barrier ties the basis to the loop's state: A does not depend on z, and
+        # XLA would otherwise hoist its assembly out of the loop into every step.
+        n = state[0].size
+        basis, (z, fallback, _) = jax.lax.optimization_barrier((jnp.eye(n, dtype=state[0].dtype), state))
         b = F(jnp.zeros_like(z))
-        A = jax.jacfwd(F)(z)
+        A = jax.vmap(lambda e: F(e) - b, out_axes=1)(basis)
         dense = Lemke(tol=tol).run(LCP(A, b), z).z
         better = residual(dense) < residual(z)
         return jnp.where(better, dense, z), fallback | better, jnp.array(True)
