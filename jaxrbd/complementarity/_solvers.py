@@ -63,10 +63,11 @@ def _residual(problem, z):
     return natural_residual(z, problem.F(z), problem.n_free)
 
 
-def _pivots(problem, d, max_pivots):
-    """Lemke's pivoting on the LCP scaled to (d A d, d b), with z = d z' (d > 0)."""
-    z, status, pivots = lemke_mixed(d[:, None] * problem.A * d, d * problem.b, problem.n_free, max_pivots)
-    return RawSolution(d * z, status, pivots, jnp.array(False))
+def _pivots(problem, left, right, max_pivots):
+    """Lemke's pivoting on the LCP scaled to (L A R, L b), with z = R z' (L, R > 0 diagonal)."""
+    A = left[:, None] * problem.A * right
+    z, status, pivots = lemke_mixed(A, left * problem.b, problem.n_free, max_pivots)
+    return RawSolution(right * z, status, pivots, jnp.array(False))
 
 
 class Solver(eqx.Module):
@@ -127,24 +128,36 @@ class Lemke(Solver):
         s = row_scale(problem.A)
         tol = self.tolerance(problem.b.dtype)
         max_pivots = self.max_pivots or 10 * problem.size
-        # Pivot on LCP(d A d, d b), z = d z': a symmetric scaling keeps A's
-        # copositivity, on which Lemke's termination for the friction LCP rests (a
-        # row scaling alone does not: it ended on a secondary ray at a mass ratio of
-        # 1e5). Where that basis is off by round-off (a degenerate tie read the
-        # other way), pivot again on the unscaled problem and keep the better.
-        first = _pivots(problem, jnp.sqrt(s), max_pivots)
-        retry = ~(_residual(problem, first.z) <= tol)
+        # Pivot on LCP(d A d, d b), z = d z', d = sqrt(s): a symmetric scaling keeps
+        # A's copositivity, on which Lemke's termination for the friction LCP rests
+        # (a row scaling alone does not: it ended on a secondary ray at a mass ratio
+        # of 1e5). Where that basis is off by round-off (a degenerate tie read the
+        # other way), pivot again on the row-scaled problem, then on the unscaled
+        # one, and keep the best: each ordering of the pivots has cases that only it
+        # solves to 1e-10. A lane already solved hands the later runs the trivial
+        # problem (A = I, b = 1), so they cost nothing for it.
+        ones = jnp.ones_like(s)
         n = problem.size
-        masked = LCP(
-            jnp.where(retry, problem.A, jnp.eye(n, dtype=problem.A.dtype)),
-            jnp.where(retry, problem.b, jnp.ones((n,), problem.b.dtype)),
-            problem.n_free,
-        )
-        second = _pivots(masked, jnp.ones_like(s), max_pivots)
-        better = retry & (_residual(problem, second.z) < _residual(problem, first.z))
-        z = jnp.where(better, second.z, first.z)
-        status = jnp.where(better, second.status, first.status)
-        pivots = first.iterations + jnp.where(retry, second.iterations, 0)
+        raw = _pivots(problem, jnp.sqrt(s), jnp.sqrt(s), max_pivots)
+        residual = _residual(problem, raw.z)
+        for left in (s, ones):
+            retry = ~(residual <= tol)
+            masked = LCP(
+                jnp.where(retry, problem.A, jnp.eye(n, dtype=problem.A.dtype)),
+                jnp.where(retry, problem.b, jnp.ones((n,), problem.b.dtype)),
+                problem.n_free,
+            )
+            again = _pivots(masked, left, ones, max_pivots)
+            again_residual = _residual(problem, again.z)
+            better = retry & (again_residual < residual)
+            raw = RawSolution(
+                jnp.where(better, again.z, raw.z),
+                jnp.where(better, again.status, raw.status),
+                raw.iterations + jnp.where(retry, again.iterations, 0),
+                raw.fallback,
+            )
+            residual = jnp.where(better, again_residual, residual)
+        z, status, pivots = raw.z, raw.status, raw.iterations
         if self.polish_iterations:
             polished = newton_solve(
                 problem,
@@ -155,7 +168,7 @@ class Lemke(Solver):
                 line_search_steps=POLISH_LINE_SEARCH,
                 regularization=POLISH_REGULARIZATION,
             )
-            z = jnp.where(polished.residual < _residual(problem, z), polished.z, z)
+            z = jnp.where(polished.residual < residual, polished.z, z)
         return RawSolution(z, status, pivots, jnp.array(False))
 
 
