@@ -54,6 +54,7 @@ from . import complementarity as complementarity
 from . import cones as cones
 from . import dynamics as dynamics
 from . import geometry as geometry
+from . import mjcf as mjcf
 from . import reference as reference
 from . import scenes as scenes
 from . import stepping as stepping
@@ -83,6 +84,8 @@ from .geometry import BroadPhase as BroadPhase
 from .geometry import Capsule as Capsule
 from .geometry import Plane as Plane
 from .geometry import Sphere as Sphere
+from .mjcf import MjcfScene as MjcfScene
+from .mjcf import load_mjcf as load_mjcf
 from .model import Scene as Scene
 from .model import State as State
 from .model import System as System

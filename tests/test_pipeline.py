@@ -168,7 +168,7 @@ LAYERS = [
     ["jaxrbd.dynamics"],
     ["jaxrbd.bodies"],
     ["jaxrbd.stepping"],
-    ["jaxrbd.scenes", "jaxrbd.analysis"],
+    ["jaxrbd.scenes", "jaxrbd.analysis", "jaxrbd.mjcf"],
     ["jaxrbd.sysid", "jaxrbd.batch", "jaxrbd.reference"],
     ["jaxrbd.cli"],
     ["jaxrbd"],

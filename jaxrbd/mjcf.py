@@ -1,0 +1,576 @@
+"""MJCF import: a MuJoCo model file as a jaxrbd `Scene`, parsed by MuJoCo's own compiler.
+
+    scene = rbd.load_mjcf("cube.xml")                     # or an XML string
+    traj = rbd.simulate(*scene, dt=scene.dt, steps=200)
+    qpos = scene.to_mujoco_qpos(traj.q)                   # (201, nq) MuJoCo's coordinates
+
+MuJoCo works in joint coordinates; jaxrbd in maximal coordinates (per moving body
+its centre of mass and a unit quaternion wxyz, the convention MuJoCo uses too) with
+joints as equality rows. Each MuJoCo body with one free, ball, hinge or slide joint
+becomes a jaxrbd body whose origin is MuJoCo's centre of mass (`body_ipos`) and
+whose axes are MuJoCo's body axes, with the inertia MuJoCo computed rotated into
+them (R(iquat) diag(body_inertia) R(iquat)^T). Bodies welded to the world are static
+geometry, one static shape per geom. The mapping of everything else is in
+`load_mjcf`'s docstring; needs the optional `mujoco` package (`pip install jaxrbd[mjcf]`).
+"""
+
+import dataclasses
+import os
+import warnings
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import _rotation as rot
+from .bodies import SceneBuilder
+from .geometry import Box, Capsule, Plane, Sphere
+from .model import Scene, State
+
+FREE, BALL, SLIDE, HINGE = 0, 1, 2, 3  # mjtJoint
+_KIND = {BALL: "ball", SLIDE: "slide", HINGE: "revolute"}
+_GEOM = {0: "plane", 1: "hfield", 2: "sphere", 3: "capsule", 4: "ellipsoid", 5: "cylinder", 6: "box", 7: "mesh"}
+_DEFAULT_SOLREF = (0.02, 1.0)
+_DEFAULT_SOLIMP = (0.9, 0.95, 0.001, 0.5, 2.0)
+
+
+def _mujoco():
+    try:
+        import mujoco
+    except ImportError as err:
+        raise ImportError(
+            "load_mjcf needs MuJoCo's Python package to parse MJCF: pip install jaxrbd[mjcf] (or pip install mujoco)"
+        ) from err
+    return mujoco
+
+
+@dataclasses.dataclass(frozen=True)
+class MjcfLayout:
+    """The static map between MuJoCo's joint coordinates and jaxrbd's q (hashable tuples).
+
+    Attributes:
+        nq, nv: MuJoCo's sizes of qpos and qvel.
+        bodies: per MuJoCo body in tree order (the world excluded), (mujoco id,
+            jaxrbd index or -1 for a static body, parent's mujoco id, joint type or
+            -1, qpos address, dof address, body_pos, body_quat, body_ipos, jnt_pos,
+            jnt_axis, qpos0 of a hinge or slide, centre of a hinge's angle window).
+        static_poses: per static MuJoCo body, (mujoco id, xpos, xquat).
+    """
+
+    nq: int
+    nv: int
+    bodies: tuple
+    static_poses: tuple
+
+
+class MjcfScene(Scene):
+    """A `Scene` loaded from MJCF; unpacks to `(system, state)` like every scene.
+
+    Attributes:
+        dt: MuJoCo's `opt.timestep`, to pass as `simulate(..., dt=scene.dt)`.
+        layout: the `MjcfLayout` of the maps between qpos/qvel and q/v.
+        motors: the names of the `<motor>` actuators, the order of the controls u.
+    """
+
+    dt: float = eqx.field(static=True, default=0.002)
+    layout: MjcfLayout = eqx.field(static=True, default=None)
+    motors: tuple = eqx.field(static=True, default=())
+
+    def from_mujoco_qpos(self, qpos):
+        """jaxrbd's q (..., nq_jaxrbd) of MuJoCo's qpos (..., nq), by MuJoCo's forward kinematics (differentiable)."""
+        return _batched(lambda x: _from_qpos(self.layout, x)[0], qpos)
+
+    def to_mujoco_qpos(self, q):
+        """MuJoCo's qpos (..., nq) of jaxrbd's q (..., nq_jaxrbd); a hinge angle is read in the joint's window."""
+        return _batched(lambda x: _to_qpos(self.layout, x), q)
+
+    def from_mujoco(self, qpos, qvel, t=0.0):
+        """The jaxrbd `State` of MuJoCo's (qpos, qvel) (single configuration)."""
+        q, v = _from_mujoco(self.layout, jnp.asarray(qpos, float), jnp.asarray(qvel, float))
+        return State(jnp.asarray(t, q.dtype), q, v)
+
+    def to_mujoco_qvel(self, q, v):
+        """MuJoCo's qvel (..., nv) of jaxrbd's (q, v) (free joints: body-frame origin velocity, local spin)."""
+        fn = lambda qv: _to_qvel(self.layout, qv[0], qv[1])
+        q, v = jnp.asarray(q), jnp.asarray(v)
+        for _ in range(q.ndim - 1):
+            fn = jax.vmap(fn)
+        return fn((q, v))
+
+
+def _batched(fn, x):
+    x = jnp.asarray(x, float)
+    for _ in range(x.ndim - 1):
+        fn = jax.vmap(fn)
+    return fn(x)
+
+
+def _rotate(quat, x):
+    return rot.to_matrix(quat) @ x
+
+
+def _frames(layout, qpos):
+    """{mujoco id: (xpos, xquat)} of every body for qpos (MuJoCo's `mj_kinematics`), and the joint locals."""
+    poses = {0: (jnp.zeros(3), jnp.array([1.0, 0.0, 0.0, 0.0]))}
+    for i, xpos, xquat in layout.static_poses:
+        poses[i] = (jnp.asarray(xpos), jnp.asarray(xquat))
+    for i, _, parent, jtype, a, _, pos, quat, _, jpos, jaxis, qpos0, _ in layout.bodies:
+        if jtype == -1:
+            continue
+        pp, pq = poses[parent]
+        xpos, xquat = pp + _rotate(pq, jnp.asarray(pos)), rot.multiply(pq, jnp.asarray(quat))
+        if jtype == FREE:
+            xpos, xquat = qpos[a : a + 3], rot.normalize(qpos[a + 3 : a + 7])
+        elif jtype == SLIDE:
+            xpos = xpos + _rotate(xquat, jnp.asarray(jaxis)) * (qpos[a] - qpos0)
+        else:
+            anchor = xpos + _rotate(xquat, jnp.asarray(jpos))
+            local = (
+                rot.normalize(qpos[a : a + 4])
+                if jtype == BALL
+                else rot.from_axis_angle(jnp.asarray(jaxis), qpos[a] - qpos0)
+            )
+            xquat = rot.multiply(xquat, local)
+            xpos = anchor - _rotate(xquat, jnp.asarray(jpos))
+        poses[i] = (xpos, xquat)
+    return poses
+
+
+def _from_qpos(layout, qpos):
+    poses = _frames(layout, qpos)
+    moving = [b for b in layout.bodies if b[1] >= 0]
+    q = [jnp.concatenate([poses[b[0]][0] + _rotate(poses[b[0]][1], jnp.asarray(b[8])), poses[b[0]][1]]) for b in moving]
+    return jnp.concatenate(q), poses
+
+
+def _qpos_rate(layout, qpos, qvel):
+    """d qpos / dt of qvel: quaternions of free and ball joints turn at the local angular velocity."""
+    rate = jnp.zeros(layout.nq)
+    for _, _, _, jtype, a, d, *_ in layout.bodies:
+        if jtype == FREE:
+            rate = rate.at[a : a + 3].set(qvel[d : d + 3])
+            quat = qpos[a + 3 : a + 7]
+            rate = rate.at[a + 3 : a + 7].set(
+                0.5 * rot.multiply(quat, jnp.concatenate([jnp.zeros(1), qvel[d + 3 : d + 6]]))
+            )
+        elif jtype == BALL:
+            quat = qpos[a : a + 4]
+            rate = rate.at[a : a + 4].set(0.5 * rot.multiply(quat, jnp.concatenate([jnp.zeros(1), qvel[d : d + 3]])))
+        elif jtype in (HINGE, SLIDE):
+            rate = rate.at[a].set(qvel[d])
+    return rate
+
+
+def _from_mujoco(layout, qpos, qvel):
+    q, q_dot = jax.jvp(lambda x: _from_qpos(layout, x)[0], (qpos,), (_qpos_rate(layout, qpos, qvel),))
+    nb = q.shape[0] // 7
+    qb, qb_dot = q.reshape(nb, 7), q_dot.reshape(nb, 7)
+    w = 2.0 * rot.multiply(qb_dot[:, 3:], rot.conjugate(qb[:, 3:]))[:, 1:]  # dq/dt = (0, w) q / 2
+    return q, jnp.concatenate([qb_dot[:, :3], w], -1).reshape(-1)
+
+
+def _wrap(angle, centre):
+    return centre + jnp.mod(angle - centre + jnp.pi, 2 * jnp.pi) - jnp.pi
+
+
+def _to_qpos(layout, q):
+    poses = {0: (jnp.zeros(3), jnp.array([1.0, 0.0, 0.0, 0.0]))}
+    for i, xpos, xquat in layout.static_poses:
+        poses[i] = (jnp.asarray(xpos), jnp.asarray(xquat))
+    qpos = jnp.zeros(layout.nq, q.dtype)
+    for i, k, parent, jtype, a, _, pos, quat, ipos, jpos, jaxis, qpos0, centre in layout.bodies:
+        if jtype == -1:
+            continue
+        xquat = rot.normalize(q[7 * k + 3 : 7 * k + 7])
+        xpos = q[7 * k : 7 * k + 3] - _rotate(xquat, jnp.asarray(ipos))
+        poses[i] = (xpos, xquat)
+        pp, pq = poses[parent]
+        frame_pos, frame_quat = pp + _rotate(pq, jnp.asarray(pos)), rot.multiply(pq, jnp.asarray(quat))
+        local = rot.multiply(rot.conjugate(frame_quat), xquat)
+        if jtype == FREE:
+            qpos = qpos.at[a : a + 3].set(xpos).at[a + 3 : a + 7].set(xquat)
+        elif jtype == BALL:
+            qpos = qpos.at[a : a + 4].set(local)
+        elif jtype == HINGE:
+            angle = 2.0 * jnp.arctan2(jnp.dot(local[1:], jnp.asarray(jaxis)), local[0])
+            qpos = qpos.at[a].set(_wrap(angle + qpos0, centre))
+        else:
+            qpos = qpos.at[a].set(jnp.dot(_rotate(frame_quat, jnp.asarray(jaxis)), xpos - frame_pos) + qpos0)
+    return qpos
+
+
+def _to_qvel(layout, q, v):
+    nb = q.shape[0] // 7
+    qb, vb = q.reshape(nb, 7), v.reshape(nb, 6)
+    quat_dot = 0.5 * rot.multiply(jnp.concatenate([jnp.zeros((nb, 1)), vb[:, 3:]], -1), qb[:, 3:])
+    q_dot = jnp.concatenate([vb[:, :3], quat_dot], -1).reshape(-1)
+    qpos, qpos_dot = jax.jvp(lambda x: _to_qpos(layout, x), (q,), (q_dot,))
+    qvel = jnp.zeros(layout.nv, q.dtype)
+    for _, _, _, jtype, a, d, *_ in layout.bodies:
+        if jtype == FREE:
+            spin = 2.0 * rot.multiply(rot.conjugate(qpos[a + 3 : a + 7]), qpos_dot[a + 3 : a + 7])[1:]
+            qvel = qvel.at[d : d + 3].set(qpos_dot[a : a + 3]).at[d + 3 : d + 6].set(spin)
+        elif jtype == BALL:
+            qvel = qvel.at[d : d + 3].set(2.0 * rot.multiply(rot.conjugate(qpos[a : a + 4]), qpos_dot[a : a + 4])[1:])
+        elif jtype in (HINGE, SLIDE):
+            qvel = qvel.at[d].set(qpos_dot[a])
+    return qvel
+
+
+def _parse(mujoco, source):
+    """The MjModel of a path or an XML string; errors name the file or say it is the string."""
+    if isinstance(source, os.PathLike) or (isinstance(source, str) and not source.lstrip().startswith("<")):
+        path = os.fspath(source)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"load_mjcf: no MJCF file at {path!r}")
+        try:
+            return mujoco.MjModel.from_xml_path(path)
+        except ValueError as err:
+            raise ValueError(f"load_mjcf: MuJoCo could not compile {path!r}: {err}") from None
+    if not isinstance(source, str):
+        raise TypeError(f"load_mjcf: source must be a path or an XML string, got {type(source).__name__}")
+    try:
+        return mujoco.MjModel.from_xml_string(source)
+    except ValueError as err:
+        raise ValueError(f"load_mjcf: MuJoCo could not compile the XML string: {err}") from None
+
+
+def _name(m, mujoco, obj, i, prefix):
+    return mujoco.mj_id2name(m, obj, i) or f"{prefix}{i}"
+
+
+def _initial(m, mujoco, keyframe):
+    """(qpos, qvel) of qpos0 or of a keyframe given by name or index."""
+    if keyframe is None:
+        return np.array(m.qpos0), np.zeros(m.nv)
+    names = [_name(m, mujoco, mujoco.mjtObj.mjOBJ_KEY, k, "key") for k in range(m.nkey)]
+    if isinstance(keyframe, str):
+        k = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_KEY, keyframe)
+        if k < 0:
+            raise ValueError(f"load_mjcf: no keyframe named {keyframe!r}; keyframes: {names}")
+    elif isinstance(keyframe, int) and 0 <= keyframe < m.nkey:
+        k = keyframe
+    else:
+        raise ValueError(f"load_mjcf: keyframe must be a keyframe name or an index in [0, {m.nkey}), got {keyframe!r}")
+    return np.array(m.key_qpos[k]), np.array(m.key_qvel[k])
+
+
+def _mu(m, g1, g2):
+    """The pair's mu by MuJoCo's rule: the higher priority's sliding friction, else the max; 0 for condim 1."""
+    if max(m.geom_condim[g1], m.geom_condim[g2]) == 1:
+        return 0.0
+    p1, p2 = m.geom_priority[g1], m.geom_priority[g2]
+    if p1 != p2:
+        return float(m.geom_friction[g1 if p1 > p2 else g2, 0])
+    return float(max(m.geom_friction[g1, 0], m.geom_friction[g2, 0]))
+
+
+def _collides(m, excluded, filterparent, g1, g2):
+    """Whether MuJoCo's broad phase filter lets geoms g1 and g2 collide."""
+    b1, b2 = m.geom_bodyid[g1], m.geom_bodyid[g2]
+    w1, w2 = m.body_weldid[b1], m.body_weldid[b2]
+    if w1 == w2:
+        return False
+    if not (m.geom_contype[g1] & m.geom_conaffinity[g2] or m.geom_contype[g2] & m.geom_conaffinity[g1]):
+        return False
+    if frozenset((b1, b2)) in excluded:
+        return False
+    parent = m.body_weldid[m.body_parentid]
+    if filterparent and w1 != 0 and w2 != 0 and (w1 == parent[w2] or w2 == parent[w1]):
+        return False
+    return True
+
+
+def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=None):
+    """Load an MJCF model (a path or an XML string) as an `MjcfScene`, with MuJoCo's parser and compiler.
+
+    What is read, and how it maps:
+    - bodies: mass and inertia as MuJoCo computed them (from `<inertial>` or its
+      geoms); the jaxrbd body's origin is the centre of mass, its axes the MuJoCo
+      body's. A body with one free, ball, hinge or slide joint moves; a body with no
+      joint whose ancestors have none is static (its geoms are static shapes).
+    - joints: free (a free body), ball, hinge ("revolute") and slide, as jaxrbd's
+      equality rows between the body and its parent (the world for static
+      parents); `range` of a limited hinge or slide becomes the joint's stops. jaxrbd's
+      joint coordinate is qpos minus its initial value.
+    - geoms: plane (static only), sphere, capsule, box, posed in the body frame.
+      Friction per pair is MuJoCo's: the sliding friction (`friction[0]`) of the
+      geom with the higher `priority`, else the larger of the two geoms'; 0 when
+      the pair's condim is 1. jaxrbd's friction is per body pair, so all geom
+      pairs of two bodies must give the same mu.
+    - collision filter: contype/conaffinity, `<exclude>`, no contacts within a body
+      or between a jointed parent and child (MuJoCo's filterparent). Geoms that
+      collide with nothing are left out; two bodies must collide with all or none of
+      their geom pairs.
+    - gravity; the timestep as `scene.dt`; the initial state from qpos0 (zero
+      velocity) or `keyframe` (a name or index: its qpos and qvel).
+    - `<motor>` actuators on hinge and slide joints, gear times gain: the controls u
+      of `simulate(controls=...)`, in the actuators' order (`scene.motors`).
+
+    Soft-contact and passive parameters that jaxrbd's rigid contact does not have
+    (solref, solimp, margin, joint damping, stiffness, armature, frictionloss,
+    ctrlrange), and tendons, sites, sensors, condim above 3 and fluid forces, are
+    listed in one warning. Elements whose absence would silently change the motion
+    raise NotImplementedError naming the element: mesh, cylinder, ellipsoid and
+    height-field geoms, equality constraints, explicit `<pair>` contacts, bodies with
+    several joints or welded to a moving body, limited ball joints, actuators other
+    than motors on hinges and slides, mocap bodies and flexes.
+
+    Args:
+        source: a path to an .xml file, or the XML itself as a string.
+        keyframe: None (MuJoCo's qpos0), or a `<key>` name or index.
+        directions, friction, broadphase: as in `SceneBuilder`.
+
+    Returns:
+        an `MjcfScene` (unpacks to `(system, state)`), with `dt`, `motors`,
+        `to_mujoco_qpos`, `from_mujoco_qpos`, `to_mujoco_qvel` and `from_mujoco`.
+    """
+    mujoco = _mujoco()
+    m = _parse(mujoco, source)
+    obj = mujoco.mjtObj
+    body_name = lambda i: _name(m, mujoco, obj.mjOBJ_BODY, i, "body")
+    geom_name = lambda g: _name(m, mujoco, obj.mjOBJ_GEOM, g, "geom")
+    joint_name = lambda j: _name(m, mujoco, obj.mjOBJ_JOINT, j, "joint")
+
+    def refuse(what):
+        raise NotImplementedError(f"load_mjcf: {what}")
+
+    if m.neq:
+        names = [_name(m, mujoco, obj.mjOBJ_EQUALITY, e, "equality") for e in range(m.neq)]
+        refuse(f"equality constraints are not supported (would change the motion): {names}")
+    if m.npair:
+        refuse(f"explicit <contact><pair> elements are not supported: {m.npair} pair(s)")
+    if m.nflex:
+        refuse("flex (deformable) elements are not supported")
+    if m.nmocap:
+        refuse(f"mocap bodies are not supported: {[body_name(i) for i in range(m.nbody) if m.body_mocapid[i] >= 0]}")
+    for g in range(m.ngeom):
+        kind = _GEOM.get(int(m.geom_type[g]), str(m.geom_type[g]))
+        if kind not in ("plane", "sphere", "capsule", "box"):
+            extra = " (convex meshes are not in jaxrbd yet)" if kind == "mesh" else ""
+            refuse(f"geom {geom_name(g)!r} is a {kind}, which jaxrbd does not support{extra}")
+
+    ignored = []
+
+    def ignore(what, names):
+        if len(names):
+            ignored.append(f"{what} {list(names)}")
+
+    ignore("tendons", [_name(m, mujoco, obj.mjOBJ_TENDON, i, "tendon") for i in range(m.ntendon)])
+    ignore("sites", [_name(m, mujoco, obj.mjOBJ_SITE, i, "site") for i in range(m.nsite)])
+    ignore("sensors", [_name(m, mujoco, obj.mjOBJ_SENSOR, i, "sensor") for i in range(m.nsensor)])
+    qpos, qvel = _initial(m, mujoco, keyframe)
+    data = mujoco.MjData(m)
+    data.qpos[:] = qpos
+    mujoco.mj_kinematics(m, data)
+
+    # Bodies: static (welded to the world) or moving with exactly one joint.
+    static = {0}
+    moving = []
+    for i in range(1, m.nbody):
+        n = m.body_jntnum[i]
+        if n == 0:
+            if m.body_parentid[i] not in static:
+                refuse(
+                    f"body {body_name(i)!r} has no joint but its parent {body_name(m.body_parentid[i])!r} moves "
+                    "(welded child bodies are not supported)"
+                )
+            static.add(i)
+        elif n > 1:
+            joints = [joint_name(j) for j in range(m.body_jntadr[i], m.body_jntadr[i] + n)]
+            refuse(f"body {body_name(i)!r} has {n} joints {joints}; jaxrbd bodies have one joint each")
+        else:
+            moving.append(i)
+    excluded = {frozenset(((s >> 16), s & 0xFFFF)) for s in m.exclude_signature}
+    filterparent = not (m.opt.disableflags & mujoco.mjtDisableBit.mjDSBL_FILTERPARENT)
+    collide = lambda g1, g2: _collides(m, excluded, filterparent, g1, g2)
+    live = [g for g in range(m.ngeom) if any(collide(g, h) for h in range(m.ngeom) if h != g)]
+    ignore("geoms that collide with nothing", [geom_name(g) for g in range(m.ngeom) if g not in live])
+    ignore(
+        "solref/solimp of geoms",
+        [
+            geom_name(g)
+            for g in live
+            if not (np.allclose(m.geom_solref[g], _DEFAULT_SOLREF) and np.allclose(m.geom_solimp[g], _DEFAULT_SOLIMP))
+        ],
+    )
+    ignore("margin/gap of geoms", [geom_name(g) for g in live if m.geom_margin[g] or m.geom_gap[g]])
+    ignore("condim > 3 (torsional, rolling friction) of geoms", [geom_name(g) for g in live if m.geom_condim[g] > 3])
+    passive = [
+        joint_name(j)
+        for j in range(m.njnt)
+        if m.jnt_stiffness[j]
+        or np.any(m.dof_damping[m.jnt_dofadr[j]] != 0)
+        or np.any(m.dof_armature[m.jnt_dofadr[j]] != 0)
+        or np.any(m.dof_frictionloss[m.jnt_dofadr[j]] != 0)
+    ]
+    ignore("damping/stiffness/armature/frictionloss of joints", passive)
+    if m.opt.density or m.opt.viscosity or np.any(m.opt.wind):
+        ignored.append("fluid forces (density, viscosity, wind)")
+
+    b = SceneBuilder(
+        dim=3,
+        gravity=tuple(float(x) for x in m.opt.gravity),
+        directions=directions,
+        friction=friction,
+        broadphase=broadphase,
+    )
+    owner = {}  # geom -> jaxrbd name (a moving body, or the static geom itself)
+    for i in sorted(static - {0}) + [0]:
+        for g in live:
+            if m.geom_bodyid[g] != i:
+                continue
+            name = f"{geom_name(g)}" if mujoco.mj_id2name(m, obj.mjOBJ_GEOM, g) else f"geom{g}"
+            pos, mat = np.array(data.geom_xpos[g]), np.array(data.geom_xmat[g]).reshape(3, 3)
+            quat = np.zeros(4)
+            mujoco.mju_mat2Quat(quat, mat.reshape(-1))
+            shape = _shape(m, g, pos, quat, static=True, normal=mat[:, 2])
+            b.add_static(name, shape)
+            owner[g] = name
+
+    layout_bodies, names = [], []
+    state_q, state_v = None, None
+    for i in range(1, m.nbody):
+        if i in static:
+            layout_bodies.append(
+                (i, -1, int(m.body_parentid[i]), -1, 0, 0) + ((0.0,) * 3,) * 2 + ((0.0,) * 3,) * 3 + (0.0, 0.0)
+            )
+            continue
+        j = m.body_jntadr[i]
+        jtype, a = int(m.jnt_type[j]), int(m.jnt_qposadr[j])
+        qpos0 = float(m.qpos0[a]) if jtype in (HINGE, SLIDE) else 0.0
+        lo, hi = (float(x) for x in m.jnt_range[j])
+        centre = 0.5 * (lo + hi) if m.jnt_limited[j] else float(qpos[a]) if jtype == HINGE else 0.0
+        layout_bodies.append(
+            (
+                i,
+                len(names),
+                int(m.body_parentid[i]),
+                jtype,
+                a,
+                int(m.jnt_dofadr[j]),
+                tuple(map(float, m.body_pos[i])),
+                tuple(map(float, m.body_quat[i])),
+                tuple(map(float, m.body_ipos[i])),
+                tuple(map(float, m.jnt_pos[j])),
+                tuple(map(float, m.jnt_axis[j])),
+                qpos0,
+                centre,
+            )
+        )
+        names.append(body_name(i))
+    static_poses = tuple(
+        (i, tuple(map(float, data.xpos[i])), tuple(map(float, data.xquat[i]))) for i in sorted(static - {0})
+    )
+    layout = MjcfLayout(int(m.nq), int(m.nv), tuple(layout_bodies), static_poses)
+    state_q, state_v = _from_mujoco(layout, jnp.asarray(qpos), jnp.asarray(qvel))
+    for k, i in enumerate(moving):
+        geoms = [g for g in live if m.geom_bodyid[g] == i]
+        if not geoms:
+            refuse(f"body {body_name(i)!r} has no geom that collides; jaxrbd bodies need at least one shape")
+        ipos = np.array(m.body_ipos[i])
+        shapes = []
+        for g in geoms:
+            if m.geom_type[g] == 0:
+                refuse(f"geom {geom_name(g)!r}: a plane on a moving body (planes are static in jaxrbd)")
+            shapes.append(_shape(m, g, np.array(m.geom_pos[g]) - ipos, np.array(m.geom_quat[g])))
+            owner[g] = names[k]
+        R = np.asarray(rot.to_matrix(jnp.asarray(m.body_iquat[i])))
+        b.add_body(
+            names[k],
+            *shapes,
+            mass=float(m.body_mass[i]),
+            inertia=R @ np.diag(m.body_inertia[i]) @ R.T,
+            position=state_q[7 * k : 7 * k + 3],
+            orientation=state_q[7 * k + 3 : 7 * k + 7],
+            velocity=state_v[6 * k : 6 * k + 3],
+            angular_velocity=state_v[6 * k + 3 : 6 * k + 6],
+        )
+    joint_of = {}
+    for i in moving:
+        j = m.body_jntadr[i]
+        jtype = int(m.jnt_type[j])
+        if jtype == FREE:
+            continue
+        if jtype == BALL and m.jnt_limited[j]:
+            refuse(f"joint {joint_name(j)!r}: a limited ball joint (jaxrbd's ball joints have no range)")
+        parent = m.body_parentid[i]
+        other = None if parent in static else body_name(parent)
+        a = m.jnt_qposadr[j]
+        rng = None
+        if jtype != BALL and m.jnt_limited[j]:
+            rng = tuple(float(x - qpos[a]) for x in m.jnt_range[j])
+        b.add_joint(
+            joint_name(j),
+            _KIND[jtype],
+            body_name(i),
+            other,
+            anchor=np.array(data.xanchor[j]),
+            axis=None if jtype == BALL else np.array(data.xaxis[j]),
+            range=rng,
+        )
+        joint_of[j] = joint_name(j)
+        if other is not None and not filterparent:
+            b.include(body_name(i), other)
+    # Contacts: per jaxrbd pair, all of its geom pairs collide or none does.
+    pairs = {}
+    moves = {g: m.geom_bodyid[g] in moving for g in live}
+    for g1 in live:
+        for g2 in live:
+            if g1 < g2 and owner[g1] != owner[g2] and (moves[g1] or moves[g2]):
+                pairs.setdefault(frozenset((owner[g1], owner[g2])), []).append((g1, g2))
+    for key, geom_pairs in pairs.items():
+        hits = [collide(g1, g2) for g1, g2 in geom_pairs]
+        if not any(hits):
+            b.exclude(*sorted(key))
+            continue
+        if not all(hits):
+            named = [(geom_name(g1), geom_name(g2), h) for (g1, g2), h in zip(geom_pairs, hits)]
+            refuse(
+                f"{sorted(key)}: MuJoCo collides some of their geom pairs and not others {named}; jaxrbd "
+                "filters contacts per body pair"
+            )
+        mus = {_mu(m, g1, g2) for g1, g2 in geom_pairs}
+        if len(mus) > 1:
+            refuse(
+                f"{sorted(key)}: their geom pairs have different friction {sorted(mus)}; jaxrbd's mu is per body pair"
+            )
+        b.set_pair(*sorted(key), mu=mus.pop())
+    motors = []
+    for u in range(m.nu):
+        name = _name(m, mujoco, obj.mjOBJ_ACTUATOR, u, "actuator")
+        j = int(m.actuator_trnid[u, 0])
+        is_motor = (
+            m.actuator_trntype[u] == mujoco.mjtTrn.mjTRN_JOINT
+            and m.actuator_dyntype[u] == mujoco.mjtDyn.mjDYN_NONE
+            and m.actuator_gaintype[u] == mujoco.mjtGain.mjGAIN_FIXED
+            and m.actuator_biastype[u] == mujoco.mjtBias.mjBIAS_NONE
+        )
+        if not is_motor or j not in joint_of or m.jnt_type[j] not in (HINGE, SLIDE):
+            refuse(f"actuator {name!r}: only <motor> actuators on hinge and slide joints are supported")
+        b.add_motor(name, joint_of[j], gear=float(m.actuator_gear[u, 0] * m.actuator_gainprm[u, 0]))
+        motors.append(name)
+    ignore(
+        "ctrlrange/forcerange of actuators",
+        [motors[u] for u in range(m.nu) if m.actuator_ctrllimited[u] or m.actuator_forcelimited[u]],
+    )
+    if ignored:
+        warnings.warn("load_mjcf ignores these MJCF elements: " + "; ".join(ignored), stacklevel=2)
+    scene = b.build()
+    return MjcfScene(
+        scene.system, scene.state, scene.bodies, dt=float(m.opt.timestep), layout=layout, motors=tuple(motors)
+    )
+
+
+def _shape(m, g, pos, quat, static=False, normal=None):
+    size, kind = m.geom_size[g], _GEOM[int(m.geom_type[g])]
+    pose = dict(position=tuple(map(float, pos)), orientation=tuple(map(float, quat)))
+    if kind == "plane":
+        n = np.asarray(normal, float)
+        return Plane(normal=tuple(n), offset=float(n @ pos))
+    if kind == "sphere":
+        return Sphere(float(size[0]), **pose)
+    if kind == "capsule":
+        return Capsule(float(size[0]), float(size[1]), **pose)
+    return Box(tuple(map(float, size[:3])), **pose)
