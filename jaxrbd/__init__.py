@@ -82,6 +82,7 @@ from .cones import SoftFingerCone as SoftFingerCone
 from .geometry import Box as Box
 from .geometry import BroadPhase as BroadPhase
 from .geometry import Capsule as Capsule
+from .geometry import ConvexMesh as ConvexMesh
 from .geometry import Plane as Plane
 from .geometry import Sphere as Sphere
 from .mjcf import MjcfScene as MjcfScene

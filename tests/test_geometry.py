@@ -105,7 +105,7 @@ def test_pair_without_a_closed_form_is_named():
     """Every pair of moving kinds has a closed form; two static planes (never paired by the builder) do not."""
     with pytest.raises(ValueError, match="plane-plane"):
         geometry.collider("plane", "plane")
-    for a, b in itertools.combinations_with_replacement(("sphere", "capsule", "box"), 2):
+    for a, b in itertools.combinations_with_replacement(("sphere", "capsule", "box", "mesh"), 2):
         geometry.collider(a, b)
 
 

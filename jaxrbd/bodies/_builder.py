@@ -37,7 +37,7 @@ def _inertia_matrix(inertia, mass, shapes):
             raise ValueError(f"inertia is required for a body with {len(shapes)} shapes (it is derived for one)")
         s = shapes[0]
         Rs = rot.to_matrix(rot.normalize(as_float(s.orientation)))
-        d = as_float(s.position)
+        d = as_float(s.position) + Rs @ s.centroid()
         parallel = mass * (jnp.dot(d, d) * jnp.eye(3) - jnp.outer(d, d))
         return Rs @ s.inertia(mass) @ Rs.T + parallel
     inertia = as_float(inertia)
@@ -578,7 +578,7 @@ class SceneBuilder:
             raise ValueError("set_pair(friction=...) is not supported with a broad phase (broadphase=)")
         shapes = {
             kind: jax.tree_util.tree_map(
-                lambda *xs: jnp.stack([as_float(x) for x in xs]), *[s.arrays() for _, s in entries]
+                lambda *xs: jnp.stack([as_float(x) for x in xs]), *geometry.pad_meshes([s.arrays() for _, s in entries])
             )
             for kind, entries in stacks.items()
         }

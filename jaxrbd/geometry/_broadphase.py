@@ -53,6 +53,8 @@ def bounding_radius(kind, arrays):
         return arrays["radius"] + arrays["half_length"]
     if kind == "box":
         return jnp.linalg.norm(arrays["half_extents"], axis=-1)
+    if kind == "mesh":
+        return arrays["radius"]  # the farthest vertex from the shape's origin
     raise ValueError(f"the broad phase has no bound for a {kind}")
 
 

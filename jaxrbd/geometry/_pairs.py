@@ -13,6 +13,7 @@ import numpy as np
 
 from .. import _rotation as rot
 from ._boxes import box_box, capsule_box, capsule_capsule
+from ._convex import box_mesh, capsule_mesh, mesh_mesh, plane_mesh, sphere_mesh
 
 _TINY = 1e-30
 
@@ -114,6 +115,11 @@ COLLIDERS = {
     ("capsule", "capsule"): (capsule_capsule, lambda dim: 2),
     ("capsule", "box"): (capsule_box, lambda dim: 2),
     ("box", "box"): (box_box, _box_capacity),
+    ("plane", "mesh"): (plane_mesh, lambda dim: 4),
+    ("sphere", "mesh"): (sphere_mesh, lambda dim: 1),
+    ("capsule", "mesh"): (capsule_mesh, lambda dim: 2),
+    ("box", "mesh"): (box_mesh, lambda dim: 4),
+    ("mesh", "mesh"): (mesh_mesh, lambda dim: 4),
 }
 
 

@@ -1,14 +1,16 @@
-"""Primitive shapes: plane, sphere, capsule, box, with array leaves and a pose on their body."""
+"""Primitive shapes: plane, sphere, capsule, box and convex mesh, with array leaves and a pose on their body."""
 
 import math
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from .._validate import check_value
+from .._validate import check_value, is_traced
+from ._convex import hull
 
-KINDS = ("plane", "sphere", "capsule", "box")
+KINDS = ("plane", "sphere", "capsule", "box", "mesh")
 
 
 class Shape(eqx.Module):
@@ -58,6 +60,10 @@ class Shape(eqx.Module):
     def sizes(self):
         """(name, value, accepted shapes) of the lengths that must be > 0."""
         return ()
+
+    def centroid(self):
+        """(3,) the centre of mass of the solid shape in its own frame (the origin unless said)."""
+        return jnp.zeros(3)
 
 
 class Plane(Shape):
@@ -141,3 +147,64 @@ class Box(Shape):
 
     def sizes(self):
         return (("half_extents", self.half_extents, ((), (3,))),)
+
+
+def _points(value):
+    try:
+        return np.asarray(value, dtype=float)
+    except (TypeError, ValueError):
+        return value
+
+
+class ConvexMesh(Shape):
+    """The convex hull of the given (n, 3) points in the shape frame (n >= 4, spanning a solid).
+
+    Points inside the hull are ignored. The hull's faces (coplanar triangles
+    merged), edges, bounding radius and mass properties are computed on the host
+    (`_convex.hull`); the vertices are fixed data, not a leaf to fit. `inertia`
+    is about the centroid, which need not be the shape's origin (`centroid()`;
+    the builder adds the offset). 3D scenes only.
+    """
+
+    vertices: np.ndarray = eqx.field(converter=_points)
+    kind = "mesh"
+
+    def check(self, where=""):
+        super().check(where)
+        name = f"mesh vertices{where}"
+        v = self.vertices
+        if is_traced(v):
+            raise ValueError(f"{name} must be concrete (host) numbers, not traced values")
+        if not isinstance(v, np.ndarray) or v.ndim != 2 or v.shape[1] != 3:
+            raise ValueError(
+                f"{name} must be an array of shape (n, 3), got {np.shape(v) if isinstance(v, np.ndarray) else v!r}"
+            )
+        if v.shape[0] < 4:
+            raise ValueError(f"{name} must hold at least 4 points, got {v.shape[0]}")
+        if not np.all(np.isfinite(v)):
+            raise ValueError(f"{name} must be finite, got {v.tolist()!r}")
+        try:
+            hull(v)
+        except ValueError as err:
+            raise ValueError(f"{name} must span a solid (nonzero volume): {err}") from None
+
+    @property
+    def _hull(self):
+        return hull(self.vertices)
+
+    @property
+    def volume(self):
+        """The hull's volume (host float)."""
+        return float(self._hull["volume"])
+
+    def arrays(self):
+        h = self._hull
+        out = {key: jnp.asarray(h[key]) for key in ("vertices", "normals", "offsets", "faces", "edges", "directions")}
+        out.update(radius=jnp.asarray(h["radius"]), position=self.position, orientation=self.orientation)
+        return out
+
+    def inertia(self, mass):
+        return mass * jnp.asarray(self._hull["inertia"])
+
+    def centroid(self):
+        return jnp.asarray(self._hull["centroid"])

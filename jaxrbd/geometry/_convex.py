@@ -1,0 +1,490 @@
+"""Convex polytopes given by vertices (`ConvexMesh`): the hull on the host, then plane, sphere, capsule, box and
+mesh contacts with fixed work under jit.
+
+Host side (`hull`): the convex hull of the points (scipy's Qhull), its triangles
+merged into face planes (coplanar to `_COPLANAR` of the size), each face a
+polygon ordered counter-clockwise about its outward normal, the unique edges and
+edge directions, the bounding radius about the shape's origin, and the volume,
+centroid and inertia of the solid of uniform density (the hull split into
+tetrahedra from an interior point). Meshes of one scene are padded to common
+counts by repeating an entry (a repeated vertex, face, edge or direction changes
+no support, no separation and no clip), so the counts are static.
+
+Narrow phase (each pair function has the signature of `_pairs`):
+- plane-mesh: the signed distances of the vertices to the plane, the 4 lowest
+  (exact per vertex).
+- sphere-mesh: the exact signed distance of the centre to the polytope: inside,
+  the largest of the face-plane distances; outside, the nearest of the face
+  projections that fall inside their face and the nearest points of the edges.
+- capsule-mesh: the separating-axis test of the axis segment and the polytope
+  (the face normals and the cross products of the segment with the edge
+  directions), less the radius; on a face axis the segment clipped to the face
+  (its two extreme points), on an edge axis the closest points of the segment
+  and the supporting edge (twice). Separated: the exact distance (segment ends
+  against faces, segment against edges).
+- box-mesh and mesh-mesh: the box as a mesh of 8 vertices, 6 faces, 12 edges
+  and 3 directions; the SAT over the face normals of both and the cross
+  products of their edge directions (the faces of the Minkowski difference of
+  two polytopes have their normals among these, so the least overlap is the
+  exact penetration depth); a face of A preferred to a face of B and a face to
+  an edge unless the other separates by more than `_BIAS` of the size (as for
+  box-box: parallel faces get the same reference face every step). A face axis:
+  the incident face (the most anti-parallel face of the other shape) clipped to
+  the reference face: incident vertices inside the reference prism, reference
+  vertices inside the incident face (at the incident face's height), and the
+  crossings of the incident edges with the reference sides, in fixed arrays
+  with a mask; 4 kept by the widest spread (`_boxes._spread`), each gap the
+  height of its point above the reference plane. An edge axis: the closest
+  points of the two supporting edges (in all 4 slots). Separated: the exact
+  distance (vertex-face projections inside the face, and every edge pair)
+  replaces the slots whose gap is not a distance (`_boxes._with_exact`).
+
+Meshes are 3D only (a planar scene with a mesh raises).
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ._boxes import _NONE, _TINY, _cross_axes, _norm, _segment_params, _sign, _spread, _with_exact
+
+_BIAS = 1e-9  # as in _boxes: the preference of a face of A, then of B, then of an edge, times the size
+_TIE = 1e-9  # depths within this times the size are tied in the choice of the first point
+_INSIDE = 1e-9  # point-in-polygon tolerance, times the edge length and the size
+_COPLANAR = 1e-9  # hull triangles whose planes agree to this times the size form one face
+_MESH_KEYS = ("vertices", "normals", "offsets", "faces", "edges", "directions")
+
+
+# ---------------------------------------------------------------------------------------------- host side
+
+
+def _ordered(points, idx, normal):
+    """The polygon's vertex indices ordered counter-clockwise about the normal."""
+    P = points[idx]
+    c = P.mean(0)
+    t = P[0] - c
+    t = t / np.linalg.norm(t)
+    o = np.cross(normal, t)
+    angle = np.arctan2((P - c) @ o, (P - c) @ t)
+    return [idx[i] for i in np.argsort(angle)]
+
+
+@functools.lru_cache(maxsize=256)
+def _hull_cached(data, n):
+    from scipy.spatial import ConvexHull, QhullError
+
+    points = np.frombuffer(data, float).reshape(n, 3)
+    try:
+        h = ConvexHull(points)
+    except (QhullError, ValueError) as err:
+        raise ValueError(f"the points span no solid (zero volume): {str(err).splitlines()[0]}") from None
+    size = np.max(np.linalg.norm(points - points.mean(0), axis=1))
+    if not h.volume > 1e-12 * size**3:
+        raise ValueError(f"the points span no solid (volume {h.volume:g})")
+    # Merge coplanar triangles into faces.
+    planes, members = [], []
+    for simplex, eq in zip(h.simplices, h.equations):
+        for k, (nrm, off) in enumerate(planes):
+            if abs(nrm @ eq[:3] - 1) < _COPLANAR and abs(off + eq[3]) < _COPLANAR * size:
+                members[k].update(simplex.tolist())
+                break
+        else:
+            planes.append((eq[:3], -eq[3]))
+            members.append(set(simplex.tolist()))
+    used = sorted(set().union(*members))
+    renum = {v: i for i, v in enumerate(used)}
+    V = points[used]
+    normals, offsets, polys = [], [], []
+    for (nrm, _), mem in zip(planes, members):
+        idx = _ordered(V, [renum[v] for v in mem], nrm)
+        normals.append(nrm)
+        offsets.append(np.mean(V[idx] @ nrm))
+        polys.append(idx)
+    K = max(len(p) for p in polys)
+    faces = np.array([V[p + [p[-1]] * (K - len(p))] for p in polys])
+    edges = sorted({tuple(sorted((p[i], p[(i + 1) % len(p)]))) for p in polys for i in range(len(p))})
+    E = np.array([[V[i], V[j]] for i, j in edges])
+    directions = []
+    for a, b in E:
+        u = (b - a) / np.linalg.norm(b - a)
+        if not any(np.sum(np.cross(u, w) ** 2) < 1e-18 for w in directions):
+            directions.append(u)
+    # Mass properties: tetrahedra from an interior point over the fan of each face.
+    ref = V.mean(0)
+    volume, first, second = 0.0, np.zeros(3), np.zeros((3, 3))
+    for nrm, p in zip(normals, polys):
+        for i in range(1, len(p) - 1):
+            a, b, c = V[p[0]] - ref, V[p[i]] - ref, V[p[i + 1]] - ref
+            det = np.linalg.det(np.stack([a, b, c]))  # > 0: counter-clockwise about the outward normal
+            volume += det / 6
+            first += det / 24 * (a + b + c)
+            s = a + b + c
+            second += det / 120 * (np.outer(a, a) + np.outer(b, b) + np.outer(c, c) + np.outer(s, s))
+    centroid = first / volume
+    cov = second / volume - np.outer(centroid, centroid)  # per unit mass, about the centroid
+    inertia = np.trace(cov) * np.eye(3) - cov
+    return {
+        "vertices": V,
+        "normals": np.array(normals),
+        "offsets": np.array(offsets),
+        "faces": faces,
+        "edges": E,
+        "directions": np.array(directions),
+        "radius": np.max(np.linalg.norm(V, axis=1)),
+        "volume": volume,
+        "centroid": centroid + ref,
+        "inertia": inertia,
+    }
+
+
+def hull(vertices):
+    """The convex hull of (n, 3) points on the host: a dict of numpy arrays (see the module docstring).
+
+    Raises ValueError when the points span no solid.
+    """
+    v = np.ascontiguousarray(vertices, dtype=float)
+    return _hull_cached(v.tobytes(), v.shape[0])
+
+
+def pad_meshes(arrays):
+    """Pad the mesh arrays of several shapes to common counts (repeating an entry) so that they stack."""
+    if not arrays or "faces" not in arrays[0]:
+        return arrays
+    out = []
+    F = max(a["faces"].shape[0] for a in arrays)
+    K = max(a["faces"].shape[1] for a in arrays)
+    sizes = {key: max(a[key].shape[0] for a in arrays) for key in _MESH_KEYS}
+    for a in arrays:
+        a = dict(a)
+        faces = a["faces"]
+        if faces.shape[1] < K:
+            last = jnp.repeat(faces[:, -1:], K - faces.shape[1], axis=1)
+            a["faces"] = jnp.concatenate([faces, last], axis=1)
+        for key in _MESH_KEYS:
+            x = a[key]
+            extra = (F if key in ("normals", "offsets", "faces") else sizes[key]) - x.shape[0]
+            if extra:
+                a[key] = jnp.concatenate([x, jnp.repeat(x[:1], extra, axis=0)])
+        out.append(a)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- narrow phase
+
+
+def _world(m):
+    """The mesh in world coordinates: V (v, 3), face normals n (f, 3) and offsets d (f,), polygons P (f, k, 3),
+    edges E (e, 2, 3), directions U (u, 3), and the bounding radius."""
+    p, R = m["p"], m["R"]
+    n = m["normals"] @ R.T
+    return {
+        "V": p + m["vertices"] @ R.T,
+        "n": n,
+        "d": m["offsets"] + n @ p,
+        "P": p + m["faces"] @ R.T,
+        "E": p + m["edges"] @ R.T,
+        "U": m["directions"] @ R.T,
+        "radius": m["radius"],
+    }
+
+
+_BOX_SIGNS = np.array([[i, j, k] for i in (-1, 1) for j in (-1, 1) for k in (-1, 1)], float)
+_QUAD = np.array([[1.0, 1.0], [-1.0, 1.0], [-1.0, -1.0], [1.0, -1.0]])
+
+
+def _box_tables():
+    normals, faces, edges = [], [], []
+    for i in range(3):
+        j, l = (i + 1) % 3, (i + 2) % 3
+        for s in (1.0, -1.0):
+            normals.append(s * np.eye(3)[i])
+            quad = np.zeros((4, 3))
+            quad[:, i], quad[:, j], quad[:, l] = s, _QUAD[:, 0], _QUAD[:, 1]
+            faces.append(quad if s > 0 else quad[::-1])
+        for s1 in (-1.0, 1.0):
+            for s2 in (-1.0, 1.0):
+                a = np.zeros(3)
+                a[j], a[l] = s1, s2
+                b = a.copy()
+                a[i], b[i] = -1.0, 1.0
+                edges.append([a, b])
+    return np.array(normals), np.array(faces), np.array(edges)
+
+
+_BOX_NORMALS, _BOX_FACES, _BOX_EDGES = _box_tables()
+
+
+def _box_as_mesh(b):
+    """A box's world arrays as a mesh's (`_world`)."""
+    h = b["half_extents"]
+    local = {
+        "vertices": _BOX_SIGNS * h,
+        "normals": jnp.asarray(_BOX_NORMALS, h.dtype),
+        "offsets": jnp.abs(_BOX_NORMALS) @ h,
+        "faces": _BOX_FACES * h,
+        "edges": _BOX_EDGES * h,
+        "directions": jnp.eye(3, dtype=h.dtype),
+        "radius": jnp.sqrt(jnp.sum(h * h)),
+        "p": b["p"],
+        "R": b["R"],
+    }
+    return _world(local)
+
+
+def _in_polygon(x, poly, n, tol):
+    """Whether the points x (..., 3) lie in the prism of the convex polygon poly (k, 3) (counter-clockwise
+    about n), to tol times each side's length. Repeated vertices (zero-length sides) pass."""
+    e = jnp.roll(poly, -1, axis=0) - poly
+    s = jnp.cross(n, e)  # inward, |s| = |e|
+    length = jax.lax.stop_gradient(jnp.sqrt(jnp.sum(e * e, -1)))
+    side = jnp.sum((x[..., None, :] - poly) * s, -1)
+    return jnp.all(side >= -tol * length, -1)
+
+
+def _segments(E):
+    """Centres, unit directions and half lengths of the segments E (..., 2, 3)."""
+    half, u = _norm(0.5 * (E[..., 1, :] - E[..., 0, :]))
+    return 0.5 * (E[..., 0, :] + E[..., 1, :]), u, half
+
+
+def _point_mesh(x, M, size):
+    """Signed distance of the point x to the polytope M (inside: minus the depth below the nearest face plane),
+    the unit normal out of the polytope, and the nearest point of its surface (outside; inside: x's projection
+    onto that face plane)."""
+    h = M["n"] @ x - M["d"]
+    k = jnp.argmax(h)
+    inside = h[k] <= 0
+    # Outside: the face projections inside their faces, and the edges.
+    proj = x - h[:, None] * M["n"]
+    ok = (h > 0) & jax.vmap(lambda q, poly, n: _in_polygon(q, poly, n, _INSIDE * size))(proj, M["P"], M["n"])
+    c, u, hl = _segments(M["E"])
+    on_edge = c + jnp.clip(jnp.sum((x - c) * u, -1), -hl, hl)[:, None] * u
+    dist = jnp.concatenate([jnp.where(ok, h, jnp.inf), _norm(x - on_edge)[0]])
+    closest = jnp.concatenate([proj, on_edge])[jnp.argmin(dist)]
+    d_out, n_out = _norm(x - closest)
+    signed = jnp.where(inside, h[k], d_out)
+    normal = jnp.where(inside, M["n"][k], n_out)
+    return signed, normal
+
+
+def _mesh_distance(A, B, size):
+    """Exact distance of two separated polytopes and its witnesses: vertex-face pairs whose projection falls
+    inside the face, and every edge pair (`_boxes._nearest`)."""
+    dist, wa, wb = [], [], []
+    for X, Y, flip in ((A, B, False), (B, A, True)):
+        if Y["n"].shape[0] == 0:  # a segment has no faces
+            continue
+        h = X["V"] @ Y["n"].T - Y["d"]  # (v, f)
+        proj = X["V"][:, None, :] - h[..., None] * Y["n"]
+        ok = (h >= 0) & jax.vmap(
+            lambda q, poly, n: _in_polygon(q, poly, n, _INSIDE * size), in_axes=(1, 0, 0), out_axes=1
+        )(proj, Y["P"], Y["n"])
+        d = jnp.where(ok, h, jnp.inf).reshape(-1)
+        on_x = jnp.broadcast_to(X["V"][:, None, :], proj.shape).reshape(-1, 3)
+        on_y = proj.reshape(-1, 3)
+        dist.append(d)
+        wa.append(on_y if flip else on_x)
+        wb.append(on_x if flip else on_y)
+    ca, ua, la = _segments(A["E"])
+    cb, ub, lb = _segments(B["E"])
+    ca, ua, la = ca[:, None], ua[:, None], la[:, None]
+    s, t = _segment_params(ca, ua, la, cb[None], ub[None], lb[None])
+    xa = (ca + s[..., None] * ua).reshape(-1, 3)
+    xb = (cb[None] + t[..., None] * ub[None]).reshape(-1, 3)
+    dist.append(_norm(xb - xa)[0])
+    wa.append(xa)
+    wb.append(xb)
+    dist, wa, wb = jnp.concatenate(dist), jnp.concatenate(wa), jnp.concatenate(wb)
+    k = jnp.argmin(dist)
+    _, n = _norm(wb[k] - wa[k])
+    return dist[k], wa[k], wb[k], n
+
+
+def _plane_frame(n):
+    """Two unit vectors spanning the plane normal to n (used to order points, not differentiated)."""
+    n = jax.lax.stop_gradient(n)
+    e = jnp.where(jnp.abs(n[0]) < 0.9, jnp.array([1.0, 0.0, 0.0], n.dtype), jnp.array([0.0, 1.0, 0.0], n.dtype))
+    t = e - (e @ n) * n
+    t = t / jnp.sqrt(t @ t)
+    return jnp.stack([t, jnp.cross(n, t)])
+
+
+def _face_manifold(Ref, k, Inc, size):
+    """The incident face of Inc clipped to face k of Ref: gaps (4,), the reference normal (3,), midpoints (4, 3)."""
+    n_r, d_r, poly = Ref["n"][k], Ref["d"][k], Ref["P"][k]
+    m = jnp.argmin(Inc["n"] @ n_r)
+    o, d_o, ipoly = Inc["n"][m], Inc["d"][m], Inc["P"][m]
+    tol = _INSIDE * size
+    # Incident vertices inside the reference prism.
+    points, valid = [ipoly], [_in_polygon(ipoly, poly, n_r, tol)]
+    # Reference vertices under (or over) the incident face, at its height there.
+    on = o @ n_r
+    ok = jnp.abs(on) > _TINY
+    t = (d_o - poly @ o) / jnp.where(ok, on, 1.0)
+    P2 = poly + t[:, None] * n_r
+    points.append(P2)
+    valid.append(ok & _in_polygon(P2, ipoly, o, tol))
+    # Incident edges crossing the reference sides.
+    A, B = ipoly, jnp.roll(ipoly, -1, axis=0)
+    s = jnp.cross(n_r, jnp.roll(poly, -1, axis=0) - poly)  # inward side normals (k_r, 3)
+    den = (B - A) @ s.T  # (k_i, k_r)
+    okd = jnp.abs(den) > _TINY
+    num = jnp.sum(s * poly, -1)[None, :] - A @ s.T
+    tt = num / jnp.where(okd, den, 1.0)
+    P3 = A[:, None, :] + tt[..., None] * (B - A)[:, None, :]
+    P3 = P3.reshape(-1, 3)
+    points.append(P3)
+    valid.append((okd & (tt >= 0) & (tt <= 1)).reshape(-1) & _in_polygon(P3, poly, n_r, tol))
+    P = jnp.concatenate(points)
+    valid = jnp.concatenate(valid)
+    valid = jnp.where(jnp.any(valid), valid, jnp.arange(P.shape[0]) < ipoly.shape[0])
+    z = P @ n_r - d_r
+    xy = P @ _plane_frame(n_r).T
+    idx = _spread(xy, z, valid, _TIE * size)
+    gap = z[idx]
+    return gap, n_r, P[idx] - 0.5 * gap[:, None] * n_r
+
+
+def _support_edge(M, u, n, sign):
+    """The edge of M parallel to u farthest along sign * n: centre, unit direction, half length."""
+    c, e, hl = _segments(M["E"])
+    par = jnp.sum(jnp.cross(e, u) ** 2, -1) < 1e-12
+    ends = M["E"] @ n * sign
+    score = jnp.where(par, jnp.min(ends, -1), -jnp.inf)
+    i = jnp.argmax(score)
+    return c[i], e[i], hl[i]
+
+
+def _polytopes(A, B, dim):
+    """SAT, manifold and exact distance of two polytopes (world arrays): gap (4,), normal (4, 3), point (4, 3)."""
+    if dim != 3:
+        raise ValueError("a ConvexMesh is supported in 3D scenes only (dim=3)")
+    size = jax.lax.stop_gradient(A["radius"] + B["radius"])
+    sep_a = jnp.min(B["V"] @ A["n"].T - A["d"], 0)  # (fa,)
+    sep_b = jnp.min(A["V"] @ B["n"].T - B["d"], 0)  # (fb,)
+    L, ok = _cross_axes(A["U"], B["U"])
+    pa, pb = A["V"] @ L.T, B["V"] @ L.T
+    fwd = jnp.min(pb, 0) - jnp.max(pa, 0)
+    bwd = jnp.min(pa, 0) - jnp.max(pb, 0)
+    sep_e = jnp.where(ok, jnp.maximum(fwd, bwd), _NONE)
+    ka, kb, ke = jnp.argmax(sep_a), jnp.argmax(sep_b), jnp.argmax(sep_e)
+    on_b = sep_b[kb] > sep_a[ka] + _BIAS * size
+    on_edge = sep_e[ke] > jnp.where(on_b, sep_b[kb], sep_a[ka]) + _BIAS * size
+    gap_a, n_a, x_a = _face_manifold(A, ka, B, size)
+    gap_b, n_b, x_b = _face_manifold(B, kb, A, size)
+    gap_f = jnp.where(on_b, gap_b, gap_a)
+    n_f = jnp.where(on_b, -n_b, n_a)
+    x_f = jnp.where(on_b, x_b, x_a)
+    # The edge-edge contact: closest points of the supporting edges.
+    n_e = L[ke] * jnp.where(fwd[ke] >= bwd[ke], 1.0, -1.0)
+    Eb = B["U"].shape[0]
+    ca, ua, la = _support_edge(A, A["U"][ke // Eb], n_e, 1.0)
+    cb, ub, lb = _support_edge(B, B["U"][ke % Eb], n_e, -1.0)
+    s, t = _segment_params(ca, ua, la, cb, ub, lb)
+    xa, xb = ca + s * ua, cb + t * ub
+    gap_e = jnp.broadcast_to((xb - xa) @ n_e, (4,))
+    gap = jnp.where(on_edge, gap_e, gap_f)
+    n = jnp.where(on_edge, n_e, jnp.broadcast_to(n_f, (4, 3)))
+    x = jnp.where(on_edge, 0.5 * (xa + xb), x_f)
+    separated = jnp.maximum(jnp.maximum(jnp.max(sep_a), jnp.max(sep_b)), jnp.max(sep_e)) > 0
+    dist, wa, wb, n_star = _mesh_distance(A, B, size)
+    return _with_exact(gap, n, x, separated, dist, n_star, 0.5 * (wa + wb), size)[:3]
+
+
+@functools.partial(jax.jit, static_argnames="dim")
+def mesh_mesh(a, b, dim):
+    """Mesh-mesh, 4 contacts: SAT over face normals and edge pairs, the clipped face manifold (module docstring)."""
+    return _polytopes(_world(a), _world(b), dim)
+
+
+@functools.partial(jax.jit, static_argnames="dim")
+def box_mesh(a, b, dim):
+    """Box-mesh, 4 contacts: the box as a polytope, then as mesh-mesh."""
+    return _polytopes(_box_as_mesh(a), _world(b), dim)
+
+
+@functools.partial(jax.jit, static_argnames="dim")
+def plane_mesh(a, b, dim):
+    """Plane-mesh: the signed distances of the 4 lowest vertices (exact per vertex)."""
+    if dim != 3:
+        raise ValueError("a ConvexMesh is supported in 3D scenes only (dim=3)")
+    V = _world(b)["V"]
+    n, d = a["normal"], a["offset"]
+    gaps = V @ n - d
+    _, idx = jax.lax.top_k(-gaps, 4)
+    gap = gaps[idx]
+    return gap, jnp.broadcast_to(n, (4, 3)), V[idx] - 0.5 * gap[:, None] * n
+
+
+@functools.partial(jax.jit, static_argnames="dim")
+def sphere_mesh(a, b, dim):
+    """Sphere-mesh: the exact signed distance of the centre to the polytope, less the radius (1 contact)."""
+    if dim != 3:
+        raise ValueError("a ConvexMesh is supported in 3D scenes only (dim=3)")
+    M = _world(b)
+    c, r = a["p"], a["radius"]
+    size = jax.lax.stop_gradient(M["radius"] + r)
+    signed, n_out = _point_mesh(c, M, size)
+    gap = signed - r
+    return gap[None], -n_out[None], (c - (r + 0.5 * gap) * n_out)[None]
+
+
+@functools.partial(jax.jit, static_argnames="dim")
+def capsule_mesh(a, b, dim):
+    """Capsule-mesh, 2 contacts: SAT of the axis segment and the polytope, less the radius (module docstring)."""
+    if dim != 3:
+        raise ValueError("a ConvexMesh is supported in 3D scenes only (dim=3)")
+    c, u, hl, r = a["p"], a["R"][:, 2], a["half_length"], a["radius"]
+    M = _world(b)
+    size = jax.lax.stop_gradient(M["radius"] + hl + r)
+    ends = c + jnp.array([[-1.0], [1.0]]) * hl * u
+    sep_f = jnp.min(ends @ M["n"].T - M["d"], 0)  # (f,): the segment's distance to each face plane
+    L, ok = _cross_axes(u[None], M["U"])
+    pa, pb = ends @ L.T, M["V"] @ L.T
+    fwd = jnp.min(pb, 0) - jnp.max(pa, 0)
+    bwd = jnp.min(pa, 0) - jnp.max(pb, 0)
+    sep_e = jnp.where(ok, jnp.maximum(fwd, bwd), _NONE)
+    kf, ke = jnp.argmax(sep_f), jnp.argmax(sep_e)
+    on_edge = sep_e[ke] > sep_f[kf] + _BIAS * size
+    # A face axis: the segment clipped to face kf (its outward normal towards the capsule).
+    n_r, d_r, poly = M["n"][kf], M["d"][kf], M["P"][kf]
+    tol = _INSIDE * size
+    s = jnp.cross(n_r, jnp.roll(poly, -1, axis=0) - poly)
+    den = s @ u
+    okd = jnp.abs(den) > _TINY
+    tt = (jnp.sum(s * poly, -1) - s @ c) / jnp.where(okd, den, 1.0)  # the parameter along u of each side
+    cross = c + tt[:, None] * u
+    cand_t = jnp.concatenate([jnp.array([-1.0, 1.0], c.dtype) * hl, tt])
+    valid = jnp.concatenate(
+        [_in_polygon(ends, poly, n_r, tol), okd & (jnp.abs(tt) <= hl) & _in_polygon(cross, poly, n_r, tol)]
+    )
+    deepest = -hl * _sign(u @ n_r)
+    lo = jnp.where(jnp.any(valid), jnp.min(jnp.where(valid, cand_t, jnp.inf)), deepest)
+    hi = jnp.where(jnp.any(valid), jnp.max(jnp.where(valid, cand_t, -jnp.inf)), deepest)
+    P = c + jnp.stack([lo, hi])[:, None] * u
+    z = P @ n_r - d_r
+    gap_f = z - r
+    x_f = P - 0.5 * (r + z)[:, None] * n_r
+    # An edge axis: the segment against the supporting edge of the mesh.
+    n_e = L[ke] * jnp.where(fwd[ke] >= bwd[ke], 1.0, -1.0)  # from the capsule to the mesh
+    ce, ue, le = _support_edge(M, M["U"][ke], n_e, -1.0)
+    s_e, t_e = _segment_params(c, u, hl, ce, ue, le)
+    xa, xb = c + s_e * u, ce + t_e * ue
+    g_e = (xb - xa) @ n_e - r
+    gap = jnp.where(on_edge, jnp.stack([g_e, g_e]), gap_f)
+    n = jnp.where(on_edge, jnp.broadcast_to(n_e, (2, 3)), jnp.broadcast_to(-n_r, (2, 3)))
+    x = jnp.where(on_edge, jnp.broadcast_to(xa + (r + 0.5 * g_e) * n_e, (2, 3)), x_f)
+    # Separated: the exact distance of the segment (its ends against the faces, the segment against the edges).
+    separated = jnp.maximum(jnp.max(sep_f), jnp.max(sep_e)) > 0
+    seg = {
+        "V": ends,
+        "n": jnp.zeros((0, 3), c.dtype),
+        "d": jnp.zeros((0,), c.dtype),
+        "P": jnp.zeros((0, 3, 3), c.dtype),
+        "E": ends[None],
+    }
+    dist, wa, wb, n_star = _mesh_distance(seg, M, size)
+    gap_star = dist - r
+    return _with_exact(gap, n, x, separated, gap_star, n_star, wa + (r + 0.5 * gap_star) * n_star, size)[:3]

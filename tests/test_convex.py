@@ -1,0 +1,348 @@
+"""Issue 17: convex meshes (`jaxrbd.ConvexMesh`, `jaxrbd.geometry._convex`) against plane, sphere, capsule, box
+and each other.
+
+Gaps are checked against a brute-force reference that shares no code with the
+library: the signed distance of the origin to the convex hull of the vertex
+differences A - B (qhull), outside as the least point-triangle distance over the
+hull's triangles (closed form, numpy), inside as minus the distance to the
+nearest facet plane. A mesh made of a box's 8 corners must also give the Box
+shape's contacts.
+"""
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy.spatial import ConvexHull
+
+import jaxrbd as rbd
+from jaxrbd import _rotation as rot
+from jaxrbd import geometry
+
+POSES = 400
+SEPARATED = 1e-9  # distance of separated shapes against the reference
+DEPTH = 1e-6  # penetration depth against the reference
+EXACT = 1e-12  # mass properties and the box-as-mesh agreement
+FD = 1e-6  # relative agreement of gradients with central differences (float64)
+RESIDUAL = 1e-8
+CREEP = 1e-9
+H = 0.01
+
+_SIGNS = np.array([[i, j, k] for i in (-1, 1) for j in (-1, 1) for k in (-1, 1)], float)
+TETRA = np.array([[0.0, 0.0, 0.0], [0.2, 0.0, 0.0], [0.0, 0.2, 0.0], [0.0, 0.0, 0.2]])
+
+
+def _random_mesh(seed, n=14):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, 3))
+    return 0.15 * x / np.linalg.norm(x, axis=1, keepdims=True) * rng.uniform(0.7, 1.3, (1, 3))
+
+
+BLOB = _random_mesh(3)
+BLOB2 = _random_mesh(5, 10)
+
+
+# --- Brute-force reference (numpy and scipy only) -------------------------------------------------
+
+
+def _segment_distance(x, a, b):
+    """(t,) distances of the point x to the segments a b (t, 3)."""
+    e = b - a
+    s = np.clip(np.sum((x - a) * e, -1) / np.maximum(np.sum(e * e, -1), 1e-300), 0.0, 1.0)
+    return np.linalg.norm(x - (a + s[:, None] * e), axis=-1)
+
+
+def _triangle_distance(x, T):
+    """(t,) exact distances of the point x to the triangles T (t, 3, 3)."""
+    a, b, c = T[:, 0], T[:, 1], T[:, 2]
+    n = np.cross(b - a, c - a)
+    n = n / np.linalg.norm(n, axis=-1, keepdims=True)
+    h = np.sum((x - a) * n, -1)
+    y = x - h[:, None] * n
+    inside = np.ones(len(T), bool)
+    for p, q in ((a, b), (b, c), (c, a)):
+        inside &= np.sum(np.cross(q - p, y - p) * n, -1) >= 0
+    edges = np.min([_segment_distance(x, p, q) for p, q in ((a, b), (b, c), (c, a))], 0)
+    return np.where(inside, np.abs(h), edges)
+
+
+def reference_signed_distance(x, points):
+    """Signed distance of the point x to the convex hull of points (inside: minus the depth)."""
+    hull = ConvexHull(points)
+    depth = -(hull.equations[:, :3] @ x + hull.equations[:, 3])
+    if np.all(depth > 0):
+        return -float(depth.min())
+    return float(_triangle_distance(x, points[hull.simplices]).min())
+
+
+def reference_gap(points_a, points_b):
+    """Signed distance of two convex hulls: of the origin to the hull of B - A."""
+    return reference_signed_distance(np.zeros(3), (points_b[None] - points_a[:, None]).reshape(-1, 3))
+
+
+# --- Compiled batches, shared by the tests ---------------------------------------------------------
+
+
+def _arrays(shape):
+    return {k: jnp.asarray(v, float) for k, v in shape.arrays().items()}
+
+
+def _posed(arrays, p, R):
+    return geometry.world_pose(arrays, p, R)
+
+
+@functools.partial(jax.jit, static_argnames="fn")
+def _batch(fn, a, b, pa, Ra, pb, Rb):
+    return jax.vmap(lambda *x: fn(_posed(a, x[0], x[1]), _posed(b, x[2], x[3]), 3))(pa, Ra, pb, Rb)
+
+
+def _rotations(rng, n):
+    q = rng.normal(size=(n, 4))
+    return np.asarray(jax.vmap(rot.to_matrix)(jnp.asarray(q / np.linalg.norm(q, axis=1, keepdims=True))))
+
+
+@pytest.fixture(scope="module")
+def poses():
+    rng = np.random.default_rng(17)
+    return dict(
+        pa=np.zeros((POSES, 3)),
+        Ra=_rotations(rng, POSES),
+        pb=rng.uniform(-1.0, 1.0, (POSES, 3)) * rng.uniform(0.1, 0.45, (POSES, 1)),
+        Rb=_rotations(rng, POSES),
+    )
+
+
+def _world_points(points, p, R):
+    return p + points @ R.T
+
+
+def _check_against(gap, reference, label):
+    least = np.asarray(gap).min(1)
+    separated = reference > 0
+    assert separated.sum() > POSES // 8 and (~separated).sum() > POSES // 8, separated.sum()
+    err_sep = np.abs(least - reference)[separated].max()
+    err_depth = np.abs(least - reference)[~separated].max()
+    print(f"\n{label}: separated {separated.sum()}, max error {err_sep:.2e}; overlapping, max error {err_depth:.2e}")
+    assert err_sep <= SEPARATED
+    assert err_depth <= DEPTH
+
+
+# --- The hull and its mass properties ---------------------------------------------------------------
+
+
+def test_hull_faces_edges_and_mass_properties():
+    """A box's corners: 6 quadrilateral faces, 12 edges, 3 directions, and the Box shape's inertia; a
+    tetrahedron: volume abc/6, centroid at the vertex mean, the inertia of the closed form."""
+    h = np.array([0.1, 0.2, 0.3])
+    data = geometry.hull(_SIGNS * h)
+    assert data["faces"].shape == (6, 4, 3) and data["edges"].shape == (12, 2, 3)
+    assert data["directions"].shape == (3, 3)
+    np.testing.assert_allclose(data["volume"], 8 * np.prod(h), rtol=EXACT)
+    mesh = rbd.ConvexMesh(_SIGNS * h)
+    np.testing.assert_allclose(mesh.inertia(2.0), rbd.Box(h).inertia(2.0), atol=EXACT)
+    tet = geometry.hull(TETRA)
+    np.testing.assert_allclose(tet["volume"], 0.2**3 / 6, rtol=EXACT)
+    np.testing.assert_allclose(tet["centroid"], [0.05] * 3, atol=EXACT)
+    # Closed form for the corner tetrahedron of side a: about the centroid, I_xx = 3 m a^2 / 80 ... computed
+    # from the second moments: E[x^2] = a^2 / 10, E[x y] = a^2 / 20, mean a / 4.
+    a = 0.2
+    cov = np.full((3, 3), a**2 / 20) + np.eye(3) * a**2 / 20 - (a / 4) ** 2
+    np.testing.assert_allclose(tet["inertia"], np.trace(cov) * np.eye(3) - cov, atol=EXACT)
+    # Every face polygon is counter-clockwise about its outward normal, and every vertex is on or under it.
+    for d in (data, tet, geometry.hull(BLOB)):
+        P, n, off = d["faces"], d["normals"], d["offsets"]
+        area = np.cross(P[:, 1] - P[:, 0], P[:, 2] - P[:, 0])
+        assert np.all(np.sum(area * n, -1) > 0)
+        assert np.all(d["vertices"] @ n.T - off <= 1e-12)
+
+
+def test_builder_gives_the_mesh_inertia_about_the_body_origin():
+    """A tetrahedron whose centroid is off its origin, placed so that the centroid is the body's origin."""
+    mesh = rbd.ConvexMesh(TETRA, position=-np.full(3, 0.05))
+    b = rbd.SceneBuilder()
+    b.add_static("floor", rbd.Plane())
+    b.add_body("tet", mesh, mass=3.0, position=(0.0, 0.0, 1.0))
+    scene = b.build()
+    np.testing.assert_allclose(scene.system.params.inertia[0], 3.0 * geometry.hull(TETRA)["inertia"], atol=EXACT)
+
+
+# --- Distances against the brute force ---------------------------------------------------------------
+
+
+def test_box_as_a_mesh_matches_the_box(poses):
+    """The 8 corners of a box as a mesh: plane, sphere, capsule, box pairs give the Box shape's least gaps."""
+    P = poses
+    h = np.array([0.1, 0.2, 0.15])
+    mesh, box = _arrays(rbd.ConvexMesh(_SIGNS * h)), _arrays(rbd.Box(h))
+    other = _arrays(rbd.Box(np.array([0.2, 0.05, 0.1])))
+    args = (P["pa"], P["Ra"], P["pb"], P["Rb"])
+    gm, nm, _ = _batch(geometry.box_mesh, other, mesh, *args)
+    gb, _, _ = _batch(geometry.box_box, other, box, *args)
+    np.testing.assert_allclose(np.min(gm, 1), np.min(gb, 1), atol=DEPTH)
+    sep = np.min(gb, 1) > 0
+    np.testing.assert_allclose(np.min(gm, 1)[sep], np.min(gb, 1)[sep], atol=SEPARATED)
+    np.testing.assert_allclose(np.linalg.norm(nm, axis=-1), 1.0, atol=1e-12)
+    sphere = _arrays(rbd.Sphere(0.1))
+    gm, _, _ = _batch(geometry.sphere_mesh, sphere, mesh, *args)
+    gb, _, _ = _batch(geometry.sphere_box, sphere, box, *args)
+    np.testing.assert_allclose(gm, gb, atol=EXACT)
+
+
+def test_mesh_mesh_gap_matches_brute_force(poses):
+    P = poses
+    a, b = _arrays(rbd.ConvexMesh(BLOB)), _arrays(rbd.ConvexMesh(BLOB2))
+    gap, n, _ = _batch(geometry.mesh_mesh, a, b, P["pa"], P["Ra"], P["pb"], P["Rb"])
+    np.testing.assert_allclose(np.linalg.norm(n, axis=-1), 1.0, atol=1e-12)
+    Va, Vb = geometry.hull(BLOB)["vertices"], geometry.hull(BLOB2)["vertices"]
+    ref = np.array(
+        [
+            reference_gap(_world_points(Va, P["pa"][i], P["Ra"][i]), _world_points(Vb, P["pb"][i], P["Rb"][i]))
+            for i in range(POSES)
+        ]
+    )
+    _check_against(gap, ref, "mesh-mesh")
+
+
+def test_box_mesh_gap_matches_brute_force(poses):
+    P = poses
+    h = np.array([0.2, 0.05, 0.1])
+    a, b = _arrays(rbd.Box(h)), _arrays(rbd.ConvexMesh(BLOB))
+    gap, _, _ = _batch(geometry.box_mesh, a, b, P["pa"], P["Ra"], P["pb"], P["Rb"])
+    Vb = geometry.hull(BLOB)["vertices"]
+    ref = np.array(
+        [
+            reference_gap(_world_points(_SIGNS * h, P["pa"][i], P["Ra"][i]), _world_points(Vb, P["pb"][i], P["Rb"][i]))
+            for i in range(POSES)
+        ]
+    )
+    _check_against(gap, ref, "box-mesh")
+
+
+def test_sphere_and_capsule_mesh_gaps_match_brute_force(poses):
+    P = poses
+    r, hl = 0.08, 0.12
+    m = _arrays(rbd.ConvexMesh(BLOB))
+    Vb = geometry.hull(BLOB)["vertices"]
+    gs, ns, _ = _batch(geometry.sphere_mesh, _arrays(rbd.Sphere(r)), m, P["pa"], P["Ra"], P["pb"], P["Rb"])
+    gc, _, _ = _batch(geometry.capsule_mesh, _arrays(rbd.Capsule(r, hl)), m, P["pa"], P["Ra"], P["pb"], P["Rb"])
+    np.testing.assert_allclose(np.linalg.norm(ns, axis=-1), 1.0, atol=1e-12)
+    ref_s, ref_c = [], []
+    for i in range(POSES):
+        W = _world_points(Vb, P["pb"][i], P["Rb"][i])
+        ref_s.append(reference_signed_distance(P["pa"][i], W) - r)
+        ends = P["pa"][i] + np.array([[-1.0], [1.0]]) * hl * P["Ra"][i][:, 2]
+        ref_c.append(reference_gap(ends, W) - r)
+    _check_against(gs, np.array(ref_s), "sphere-mesh")
+    _check_against(gc, np.array(ref_c), "capsule-mesh")
+
+
+def test_plane_mesh_takes_the_lowest_vertices():
+    m = _arrays(rbd.ConvexMesh(BLOB))
+    R = np.asarray(rot.to_matrix(jnp.array([0.9, 0.2, -0.3, 0.1]) / np.linalg.norm([0.9, 0.2, -0.3, 0.1])))
+    p = np.array([0.1, -0.2, 0.05])
+    gap, n, x = geometry.plane_mesh(_arrays(rbd.Plane()), _posed(m, jnp.asarray(p), jnp.asarray(R)), 3)
+    z = np.sort(_world_points(geometry.hull(BLOB)["vertices"], p, R)[:, 2])[:4]
+    np.testing.assert_allclose(np.sort(gap), z, atol=EXACT)
+    np.testing.assert_allclose(n, [[0.0, 0.0, 1.0]] * 4, atol=0)
+
+
+# --- Gradients -------------------------------------------------------------------------------------------
+
+
+def _gap_of(fn, a, b, R):
+    return jax.jit(lambda p: jnp.min(fn(_posed(a, jnp.zeros(3), jnp.eye(3)), _posed(b, p, R), 3)[0]))
+
+
+def test_gap_gradient_matches_central_differences_and_is_finite_at_touching():
+    """d(least gap)/d(position) of a mesh above a box face (smooth: a vertex-face distance) against central
+    differences; at parallel faces just touching, and for a sphere touching a vertex, finite."""
+    m = _arrays(rbd.ConvexMesh(BLOB))
+    box = _arrays(rbd.Box(np.array([0.3, 0.3, 0.1])))
+    R = jnp.asarray(_rotations(np.random.default_rng(1), 1)[0])
+    f = _gap_of(geometry.box_mesh, box, m, R)
+    p = jnp.array([0.02, -0.01, 0.4])
+    g = np.asarray(jax.grad(f)(p))
+    eps = 1e-6
+    fd = np.array([(f(p + eps * e) - f(p - eps * e)) / (2 * eps) for e in np.eye(3)])
+    np.testing.assert_allclose(g, fd, rtol=FD, atol=FD)
+    # Parallel faces touching: the box's corners as a mesh resting on the box.
+    cube = _arrays(rbd.ConvexMesh(_SIGNS * 0.1))
+    f = _gap_of(geometry.box_mesh, box, cube, jnp.eye(3))
+    g = jax.grad(f)(jnp.array([0.0, 0.0, 0.2]))
+    assert np.all(np.isfinite(g)) and float(f(jnp.array([0.0, 0.0, 0.2]))) == pytest.approx(0.0, abs=EXACT)
+    # A sphere whose centre is on a vertex of the mesh, and one just touching that vertex.
+    v = jnp.asarray(geometry.hull(BLOB)["vertices"][0])
+    sphere = _arrays(rbd.Sphere(0.05))
+    for c in (v, v * (1 + 0.05 / jnp.linalg.norm(v))):
+        f = jax.jit(
+            lambda c: geometry.sphere_mesh(_posed(sphere, c, jnp.eye(3)), _posed(m, jnp.zeros(3), jnp.eye(3)), 3)[0][0]
+        )
+        assert np.all(np.isfinite(np.asarray(jax.grad(f)(c))))
+
+
+# --- Bad input ---------------------------------------------------------------------------------------------
+
+
+def test_bad_vertices_are_named():
+    with pytest.raises(ValueError, match=r"mesh vertices must be an array of shape \(n, 3\)"):
+        rbd.ConvexMesh(np.zeros((5, 2)))
+    with pytest.raises(ValueError, match="mesh vertices must hold at least 4 points"):
+        rbd.ConvexMesh(TETRA[:3])
+    with pytest.raises(ValueError, match="mesh vertices must be finite"):
+        rbd.ConvexMesh(np.vstack([TETRA, [[np.nan, 0.0, 0.0]]]))
+    with pytest.raises(ValueError, match="mesh vertices must span a solid"):
+        rbd.ConvexMesh(np.array([[0.0, 0, 0], [1, 0, 0], [0, 1, 0], [1, 1, 0], [0.5, 0.5, 0]]))
+    with pytest.raises(ValueError, match="3D scenes only"):
+        b = rbd.SceneBuilder(dim=2)
+        b.add_static("floor", rbd.Plane(normal=(0.0, 1.0, 0.0)))
+        b.add_body("tet", rbd.ConvexMesh(TETRA), mass=1.0, inertia=1.0, position=(0.0, 1.0))
+        b.build()
+
+
+# --- Physics ----------------------------------------------------------------------------------------------
+
+
+def _assert_solved(traj):
+    assert bool(jnp.all(traj.stats.converged))
+    assert float(traj.stats.residual.max()) <= RESIDUAL
+
+
+def test_mesh_rests_on_a_plane_and_on_a_box_without_creep():
+    """A cube given as a mesh resting on a plane, a second on a box table, with friction: over 1 s at
+    h = 0.01 no body moves more than 1e-9 m and every step solves to 1e-8."""
+    h = 0.05
+    b = rbd.SceneBuilder(mu=0.5, collide_bodies=False)
+    b.add_static("floor", rbd.Plane())
+    b.add_static("table", rbd.Box((0.3, 0.3, 0.05), position=(2.0, 0.0, 0.15)))
+    b.add_body("on_floor", rbd.ConvexMesh(_SIGNS * h), mass=1.0, position=(0.0, 0.0, h))
+    b.add_body("on_table", rbd.ConvexMesh(_SIGNS * h), mass=1.0, position=(2.05, 0.03, 0.2 + h))
+    b.exclude("on_floor", "table")
+    b.exclude("on_table", "floor")
+    scene = b.build()
+    traj = jax.jit(lambda s: rbd.simulate(scene.system, s, dt=H, steps=100))(scene.state)
+    _assert_solved(traj)
+    q = np.asarray(traj.q)
+    moved = np.abs(q - q[0]).max()
+    print(f"\nresting meshes: largest motion {moved:.2e}")
+    assert moved <= CREEP
+
+
+@pytest.mark.slow
+def test_tetrahedron_dropped_on_a_plane_comes_to_rest():
+    """A tetrahedron released tilted 5 cm above the floor lands on a vertex, tips onto a face and rests."""
+    mesh = rbd.ConvexMesh(TETRA - geometry.hull(TETRA)["centroid"])
+    b = rbd.SceneBuilder(mu=0.6)
+    b.add_static("floor", rbd.Plane())
+    quat = np.asarray(rot.from_axis_angle(jnp.array([1.0, 0.4, 0.0]) / math.hypot(1.0, 0.4), 0.6))
+    b.add_body("tet", mesh, mass=0.5, position=(0.0, 0.0, 0.25), orientation=quat)
+    scene = b.build()
+    traj = jax.jit(lambda s: rbd.simulate(scene.system, s, dt=H, steps=150))(scene.state)
+    _assert_solved(traj)
+    gaps = np.asarray(jax.vmap(scene.system.gap)(traj.q))
+    assert gaps[0].min() > 0.04 and gaps.min() >= -1e-6
+    np.testing.assert_allclose(traj.v[-1], 0.0, atol=1e-9)
+    # A face down: three vertices on the floor.
+    np.testing.assert_allclose(np.sort(gaps[-1])[:3], 0.0, atol=1e-6)
