@@ -15,6 +15,7 @@ geometry, one static shape per geom. The mapping of everything else is in
 """
 
 import dataclasses
+import functools
 import os
 import warnings
 
@@ -79,20 +80,20 @@ class MjcfScene(Scene):
 
     def from_mujoco_qpos(self, qpos):
         """jaxrbd's q (..., nq_jaxrbd) of MuJoCo's qpos (..., nq), by MuJoCo's forward kinematics (differentiable)."""
-        return _batched(lambda x: _from_qpos(self.layout, x)[0], qpos)
+        return _batched(functools.partial(_q_of_qpos, self.layout), qpos)
 
     def to_mujoco_qpos(self, q):
         """MuJoCo's qpos (..., nq) of jaxrbd's q (..., nq_jaxrbd); a hinge angle is read in the joint's window."""
-        return _batched(lambda x: _to_qpos(self.layout, x), q)
+        return _batched(functools.partial(_qpos_of_q, self.layout), q)
 
     def from_mujoco(self, qpos, qvel, t=0.0):
         """The jaxrbd `State` of MuJoCo's (qpos, qvel) (single configuration)."""
-        q, v = _from_mujoco(self.layout, jnp.asarray(qpos, float), jnp.asarray(qvel, float))
+        q, v = _state_of_mujoco(self.layout, jnp.asarray(qpos, float), jnp.asarray(qvel, float))
         return State(jnp.asarray(t, q.dtype), q, v)
 
     def to_mujoco_qvel(self, q, v):
         """MuJoCo's qvel (..., nv) of jaxrbd's (q, v) (free joints: body-frame origin velocity, local spin)."""
-        fn = lambda qv: _to_qvel(self.layout, qv[0], qv[1])
+        fn = lambda qv: _qvel_of(self.layout, qv[0], qv[1])
         q, v = jnp.asarray(q), jnp.asarray(v)
         for _ in range(q.ndim - 1):
             fn = jax.vmap(fn)
@@ -216,6 +217,13 @@ def _to_qvel(layout, q, v):
         elif jtype in (HINGE, SLIDE):
             qvel = qvel.at[d].set(qpos_dot[a])
     return qvel
+
+
+# Compiled once per layout (a hashable static argument); each map is a short chain of small ops.
+_q_of_qpos = jax.jit(lambda layout, qpos: _from_qpos(layout, qpos)[0], static_argnums=0)
+_qpos_of_q = jax.jit(_to_qpos, static_argnums=0)
+_state_of_mujoco = jax.jit(_from_mujoco, static_argnums=0)
+_qvel_of = jax.jit(_to_qvel, static_argnums=0)
 
 
 def _parse(mujoco, source):
@@ -464,7 +472,7 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
         (i, tuple(map(float, data.xpos[i])), tuple(map(float, data.xquat[i]))) for i in sorted(static - {0})
     )
     layout = MjcfLayout(int(m.nq), int(m.nv), tuple(layout_bodies), static_poses)
-    state_q, state_v = _from_mujoco(layout, jnp.asarray(qpos), jnp.asarray(qvel))
+    state_q, state_v = _state_of_mujoco(layout, jnp.asarray(qpos), jnp.asarray(qvel))
     for k, i in enumerate(moving):
         geoms = [g for g in live if m.geom_bodyid[g] == i]
         if not geoms:
