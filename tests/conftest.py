@@ -1,14 +1,6 @@
 """Shared test set-up: float64 everywhere, the random-problem batches built once, and compiled code freed per module."""
 
 import gc
-import os
-
-# The suite compiles hundreds of programs and runs most for a few hundred steps, so XLA's
-# backend optimizations cost more compile time than they save run time (test_broadphase.py:
-# 185 s -> 110 s on two cores). They change no floating-point semantics (fast math stays
-# off). Set before the backend starts; a level the caller chose is kept.
-if "--xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_backend_optimization_level=0".strip()
 
 import jax
 
