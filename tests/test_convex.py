@@ -169,11 +169,36 @@ def test_builder_gives_the_mesh_inertia_about_the_body_origin():
     np.testing.assert_allclose(scene.system.params.inertia[0], 3.0 * geometry.hull(TETRA)["inertia"], atol=EXACT)
 
 
+@pytest.mark.slow
+def test_builder_pads_meshes_of_different_sizes():
+    """Meshes of 4, 10 and 14 vertices in one scene (padded to common counts): each pair's gaps equal the
+    pair function's on the unpadded arrays, with and without a broad phase (1 slot: the nearest pair)."""
+    meshes = {"tet": rbd.ConvexMesh(TETRA, position=-np.full(3, 0.05)), "a": rbd.ConvexMesh(BLOB2)}
+    meshes["b"] = rbd.ConvexMesh(BLOB)
+    places = {"tet": (0.0, 0.0, 1.0), "a": (0.0, 0.05, 1.25), "b": (0.6, 0.0, 1.1)}
+    for broadphase in (None, 1):
+        b = rbd.SceneBuilder(broadphase=broadphase)
+        b.add_static("floor", rbd.Plane())
+        for name, mesh in meshes.items():
+            b.add_body(name, mesh, mass=3.0, position=places[name])
+        scene = b.build()
+        c = jax.jit(scene.bodies.contacts)(scene.state.q, scene.system.params)
+        names = scene.bodies.names
+        for i, j in ((0, 1), (0, 2), (1, 2)):
+            on_pair = (np.asarray(c.body_a) == i) & (np.asarray(c.body_b) == j)
+            A = _posed(_arrays(meshes[names[i]]), jnp.asarray(places[names[i]]), jnp.eye(3))
+            B = _posed(_arrays(meshes[names[j]]), jnp.asarray(places[names[j]]), jnp.eye(3))
+            if broadphase is None or (i, j) == (0, 1):
+                np.testing.assert_allclose(np.asarray(c.gap)[on_pair], geometry.mesh_mesh(A, B, 3)[0], atol=EXACT)
+            else:
+                assert not on_pair.any()
+
+
 # --- Distances against the brute force ---------------------------------------------------------------
 
 
 def test_box_as_a_mesh_matches_the_box(poses):
-    """The 8 corners of a box as a mesh: plane, sphere, capsule, box pairs give the Box shape's least gaps."""
+    """The 8 corners of a box as a mesh against a box: the box-box pair's least gaps."""
     P = poses
     h = np.array([0.1, 0.2, 0.15])
     mesh, box = _arrays(rbd.ConvexMesh(_SIGNS * h)), _arrays(rbd.Box(h))
@@ -185,10 +210,6 @@ def test_box_as_a_mesh_matches_the_box(poses):
     sep = np.min(gb, 1) > 0
     np.testing.assert_allclose(np.min(gm, 1)[sep], np.min(gb, 1)[sep], atol=SEPARATED)
     np.testing.assert_allclose(np.linalg.norm(nm, axis=-1), 1.0, atol=1e-12)
-    sphere = _arrays(rbd.Sphere(0.1))
-    gm, _, _ = _batch(geometry.sphere_mesh, sphere, mesh, *args)
-    gb, _, _ = _batch(geometry.sphere_box, sphere, box, *args)
-    np.testing.assert_allclose(gm, gb, atol=EXACT)
 
 
 def test_mesh_mesh_gap_matches_brute_force(poses):
@@ -206,6 +227,7 @@ def test_mesh_mesh_gap_matches_brute_force(poses):
     _check_against(gap, ref, "mesh-mesh")
 
 
+@pytest.mark.slow
 def test_box_mesh_gap_matches_brute_force(poses):
     P = poses
     h = np.array([0.2, 0.05, 0.1])
@@ -219,6 +241,11 @@ def test_box_mesh_gap_matches_brute_force(poses):
         ]
     )
     _check_against(gap, ref, "box-mesh")
+    # A sphere against the box's corners as a mesh: the sphere-box pair's gap.
+    mesh, box, sphere = _arrays(rbd.ConvexMesh(_SIGNS * h)), _arrays(rbd.Box(h)), _arrays(rbd.Sphere(0.1))
+    gm, _, _ = _batch(geometry.sphere_mesh, sphere, mesh, P["pa"], P["Ra"], P["pb"], P["Rb"])
+    gb, _, _ = _batch(geometry.sphere_box, sphere, box, P["pa"], P["Ra"], P["pb"], P["Rb"])
+    np.testing.assert_allclose(gm, gb, atol=EXACT)
 
 
 def test_sphere_and_capsule_mesh_gaps_match_brute_force(poses):
@@ -253,34 +280,43 @@ def test_plane_mesh_takes_the_lowest_vertices():
 
 
 def _gap_of(fn, a, b, R):
-    return jax.jit(lambda p: jnp.min(fn(_posed(a, jnp.zeros(3), jnp.eye(3)), _posed(b, p, R), 3)[0]))
+    return jax.jit(
+        jax.value_and_grad(lambda p: jnp.min(fn(_posed(a, jnp.zeros(3), jnp.eye(3)), _posed(b, p, R), 3)[0]))
+    )
 
 
-def test_gap_gradient_matches_central_differences_and_is_finite_at_touching():
-    """d(least gap)/d(position) of a mesh above a box face (smooth: a vertex-face distance) against central
-    differences; at parallel faces just touching, and for a sphere touching a vertex, finite."""
+def _check_central_differences(f, p):
+    _, g = f(p)
+    eps = 1e-6
+    fd = np.array([(f(p + eps * e)[0] - f(p - eps * e)[0]) / (2 * eps) for e in np.eye(3)])
+    np.testing.assert_allclose(g, fd, rtol=FD, atol=FD)
+
+
+def test_sphere_mesh_gradient_matches_central_differences_and_is_finite_at_touching():
+    """d(gap)/d(mesh position) with a sphere over a face of the mesh (smooth) against central differences;
+    finite with the sphere's centre on a vertex (zero distance) and just touching it."""
+    m = _arrays(rbd.ConvexMesh(BLOB))
+    f = _gap_of(geometry.sphere_mesh, _arrays(rbd.Sphere(0.05)), m, jnp.eye(3))
+    data = geometry.hull(BLOB)
+    face = data["faces"][0].mean(0) + 0.3 * data["normals"][0]
+    _check_central_differences(f, -jnp.asarray(face))  # the mesh at -face: the sphere's centre over the face
+    v = data["vertices"][0]
+    for c in (v, v * (1 + 0.05 / np.linalg.norm(v))):
+        value, g = f(-jnp.asarray(c))
+        assert np.all(np.isfinite(np.asarray(g))) and np.isfinite(float(value))
+
+
+@pytest.mark.slow
+def test_box_mesh_gradient_matches_central_differences_and_is_finite_at_parallel_faces():
+    """d(least gap)/d(position) of a mesh above a box face (a vertex-face distance) against central
+    differences; a cube given as a mesh resting flat on the box (parallel faces, touching): finite."""
     m = _arrays(rbd.ConvexMesh(BLOB))
     box = _arrays(rbd.Box(np.array([0.3, 0.3, 0.1])))
     R = jnp.asarray(_rotations(np.random.default_rng(1), 1)[0])
-    f = _gap_of(geometry.box_mesh, box, m, R)
-    p = jnp.array([0.02, -0.01, 0.4])
-    g = np.asarray(jax.grad(f)(p))
-    eps = 1e-6
-    fd = np.array([(f(p + eps * e) - f(p - eps * e)) / (2 * eps) for e in np.eye(3)])
-    np.testing.assert_allclose(g, fd, rtol=FD, atol=FD)
-    # Parallel faces touching: the box's corners as a mesh resting on the box.
+    _check_central_differences(_gap_of(geometry.box_mesh, box, m, R), jnp.array([0.02, -0.01, 0.4]))
     cube = _arrays(rbd.ConvexMesh(_SIGNS * 0.1))
-    f = _gap_of(geometry.box_mesh, box, cube, jnp.eye(3))
-    g = jax.grad(f)(jnp.array([0.0, 0.0, 0.2]))
-    assert np.all(np.isfinite(g)) and float(f(jnp.array([0.0, 0.0, 0.2]))) == pytest.approx(0.0, abs=EXACT)
-    # A sphere whose centre is on a vertex of the mesh, and one just touching that vertex.
-    v = jnp.asarray(geometry.hull(BLOB)["vertices"][0])
-    sphere = _arrays(rbd.Sphere(0.05))
-    for c in (v, v * (1 + 0.05 / jnp.linalg.norm(v))):
-        f = jax.jit(
-            lambda c: geometry.sphere_mesh(_posed(sphere, c, jnp.eye(3)), _posed(m, jnp.zeros(3), jnp.eye(3)), 3)[0][0]
-        )
-        assert np.all(np.isfinite(np.asarray(jax.grad(f)(c))))
+    value, g = _gap_of(geometry.box_mesh, box, cube, jnp.eye(3))(jnp.array([0.0, 0.0, 0.2]))
+    assert np.all(np.isfinite(np.asarray(g))) and float(value) == pytest.approx(0.0, abs=EXACT)
 
 
 # --- Bad input ---------------------------------------------------------------------------------------------
