@@ -9,6 +9,7 @@
 """
 
 from ._dense import DenseStep as DenseStep
+from ._dense import step_problem_at as step_problem_at
 from ._impacts import Impact as Impact
 from ._impacts import ImpactLaw as ImpactLaw
 from ._impacts import Newton as Newton

@@ -47,6 +47,23 @@ def _solve_at(
     return prob, sol, prob.velocity(sol.z)
 
 
+def step_problem_at(system, state, dt, *, scheme, cone):
+    """(problem, motion): the step's complementarity problem at `state`, unsolved, and its `FreeMotion`.
+
+    The same problem `DenseStep.step` solves from `state` (linearized scheme, no
+    impact law), for losses that score an observed v+ against it
+    (`jaxrbd.sysid.violation_loss`).
+    """
+    q, v = state.q, state.v
+    contacts = system.contacts(q)
+    J = system.constraint_jacobian(q)
+    motion = dynamics.free_motion(system, state.t, q, v, dt)
+    active = step_active(system, contacts, q, v, dt, scheme.delta)
+    f = contacts.gap if motion.shift is None else contacts.gap + contacts.J_n @ motion.shift
+    bn = f / dt if scheme.position_level else jnp.zeros_like(f)
+    return step_problem(cone, contacts, motion.M, J, motion.v_free, bn=bn, active=active), motion
+
+
 def _project(system, contacts, q, active, solver):
     """Smallest M-norm correction q + G M^{-1} N c with 0 <= c ⊥ f + N^T M^{-1} N c >= 0 (linearized)."""
     M = system.M(q)
