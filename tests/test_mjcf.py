@@ -32,6 +32,12 @@ BOX_XML = """
 """
 
 
+# One compiled rollout serves the box and the cube below: the same layout (a box named "box" over a
+# plane named "floor"); sizes, masses, dt and the state are its inputs.
+STEPS = 40
+_rollout = jax.jit(lambda system, state, dt: rbd.simulate(system, state, dt=dt, steps=STEPS))
+
+
 def test_box_on_plane_equals_the_hand_built_scene():
     scene = rbd.load_mjcf(BOX_XML)
     b = rbd.SceneBuilder(mu=0.6)  # MuJoCo's rule: the larger of 0.3 and 0.6
@@ -50,22 +56,21 @@ def test_box_on_plane_equals_the_hand_built_scene():
         (scene.state.v, hand.state.v),
     ]:
         np.testing.assert_allclose(got, want, rtol=0, atol=SAME_TOL)
-    run = jax.jit(lambda system, state: rbd.simulate(system, state, dt=0.01, steps=40))  # one compilation serves both
-    a, h = run(*scene), run(*hand)
+    a, h = _rollout(*scene, scene.dt), _rollout(*hand, scene.dt)
     assert bool(jnp.all(a.stats.converged))
     assert float(a.q[-1, 2]) < 0.1  # it landed
     np.testing.assert_allclose(a.q, h.q, rtol=0, atol=TRAJ_TOL)
     np.testing.assert_allclose(a.v, h.v, rtol=0, atol=TRAJ_TOL)
 
 
-BALL_XML = """
+CUBE_XML = """
 <mujoco>
-  <option timestep="0.002"/>
+  <option timestep="0.01"/>
   <worldbody>
-    <geom type="plane" size="5 5 0.1"/>
-    <body name="ball" pos="0 0 2">
+    <geom name="floor" type="plane" size="5 5 0.1"/>
+    <body name="box" pos="0 0 2">
       <freejoint/>
-      <geom type="sphere" size="0.1" mass="1"/>
+      <geom type="box" size="0.1 0.1 0.1" mass="1"/>
     </body>
   </worldbody>
   <keyframe><key name="thrown" qpos="0 0 2 1 0 0 0" qvel="1 0.5 2 3 -4 5"/></keyframe>
@@ -74,17 +79,18 @@ BALL_XML = """
 
 
 def test_free_flight_agrees_with_mujoco():
-    """A spinning ball thrown up, 0.5 s of flight (it lands after about 1.1 s), against mj_step.
+    """A spinning cube thrown up, 0.4 s of flight (it lands after about 1.1 s), against mj_step.
 
     Both engines integrate the translation by semi-implicit Euler (v+ = v + h g,
-    x+ = x + h v+), so the centre agrees to round-off. A ball keeps its angular
-    velocity w; MuJoCo turns it by h |w| per step, jaxrbd by the Cayley rotation,
-    2 atan(h |w| / 2): the angle differs by (h |w|)^3 / 12 per step.
+    x+ = x + h v+), so the centre agrees to round-off. A cube's inertia is
+    isotropic, so it keeps its angular velocity w; MuJoCo turns it by h |w| per
+    step, jaxrbd by the Cayley rotation, 2 atan(h |w| / 2): the angle differs by
+    (h |w|)^3 / 12 per step (to leading order).
     """
-    steps = 250
-    scene = rbd.load_mjcf(BALL_XML, keyframe="thrown")
-    traj = rbd.simulate(*scene, dt=scene.dt, steps=steps)
-    m = mujoco.MjModel.from_xml_string(BALL_XML)
+    steps = STEPS
+    scene = rbd.load_mjcf(CUBE_XML, keyframe="thrown")
+    traj = _rollout(*scene, scene.dt)
+    m = mujoco.MjModel.from_xml_string(CUBE_XML)
     d = mujoco.MjData(m)
     mujoco.mj_resetDataKeyframe(m, d, 0)
     qpos = [d.qpos.copy()]
@@ -292,7 +298,7 @@ def test_equality_constraint_is_refused():
 
 def test_bad_keyframe_missing_file_and_malformed_xml():
     with pytest.raises(ValueError, match=r"no keyframe named 'nope'; keyframes: \['thrown'\]"):
-        rbd.load_mjcf(BALL_XML, keyframe="nope")
+        rbd.load_mjcf(CUBE_XML, keyframe="nope")
     with pytest.raises(FileNotFoundError, match="no_such.xml"):
         rbd.load_mjcf("/nonexistent/no_such.xml")
     with pytest.raises(ValueError, match="could not compile"):
