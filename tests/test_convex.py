@@ -274,6 +274,16 @@ def test_plane_mesh_takes_the_lowest_vertices():
     z = np.sort(_world_points(geometry.hull(BLOB)["vertices"], p, R)[:, 2])[:4]
     np.testing.assert_allclose(np.sort(gap), z, atol=EXACT)
     np.testing.assert_allclose(n, [[0.0, 0.0, 1.0]] * 4, atol=0)
+    # A hexagonal prism standing on its 6-vertex face: 4 of the 6, spanning the face (the widest spread).
+    angle = np.arange(6) * np.pi / 3
+    ring = np.stack([0.1 * np.cos(angle), 0.1 * np.sin(angle), np.zeros(6)], 1)
+    prism = np.concatenate([ring, ring + [0.0, 0.0, 0.2]])
+    gap, _, x = geometry.plane_mesh(
+        _arrays(rbd.Plane()), _posed(_arrays(rbd.ConvexMesh(prism)), jnp.zeros(3), jnp.eye(3)), 3
+    )
+    np.testing.assert_allclose(gap, 0.0, atol=EXACT)
+    assert len(np.unique(np.round(np.asarray(x), 12), axis=0)) == 4
+    assert ConvexHull(np.asarray(x)[:, :2]).volume >= 0.5 * 1.5 * math.sqrt(3) * 0.1**2  # over half the hexagon
 
 
 # --- Gradients -------------------------------------------------------------------------------------------

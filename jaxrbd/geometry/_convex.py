@@ -12,7 +12,8 @@ no support, no separation and no clip), so the counts are static.
 
 Narrow phase (each pair function has the signature of `_pairs`):
 - plane-mesh: the signed distances of the vertices to the plane, the 4 lowest
-  (exact per vertex).
+  (exact per vertex; ties with the fourth, as on a resting face of more than 4
+  vertices, go to the widest spread).
 - sphere-mesh: the exact signed distance of the centre to the polytope: inside,
   the largest of the face-plane distances; outside, the nearest of the face
   projections that fall inside their face and the nearest points of the edges.
@@ -407,13 +408,21 @@ def box_mesh(a, b, dim):
 
 @functools.partial(jax.jit, static_argnames="dim")
 def plane_mesh(a, b, dim):
-    """Plane-mesh: the signed distances of the 4 lowest vertices (exact per vertex)."""
+    """Plane-mesh: the signed distances of the 4 lowest vertices (exact per vertex).
+
+    Vertices tied with the fourth lowest (a face of more than 4 vertices resting
+    flat) are chosen by the widest spread (`_boxes._spread`), so the contacts
+    span the face and are the same from step to step.
+    """
     if dim != 3:
         raise ValueError("a ConvexMesh is supported in 3D scenes only (dim=3)")
-    V = _world(b)["V"]
+    M = _world(b)
+    V = M["V"]
     n, d = a["normal"], a["offset"]
     gaps = V @ n - d
-    _, idx = jax.lax.top_k(-gaps, 4)
+    tie = _TIE * jax.lax.stop_gradient(M["radius"])
+    fourth = -jax.lax.top_k(-gaps, 4)[0][3]
+    idx = _spread(V @ _plane_frame(n).T, gaps, gaps <= fourth + tie, tie)
     gap = gaps[idx]
     return gap, jnp.broadcast_to(n, (4, 3)), V[idx] - 0.5 * gap[:, None] * n
 
