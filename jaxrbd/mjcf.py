@@ -353,11 +353,6 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
         refuse("flex (deformable) elements are not supported")
     if m.nmocap:
         refuse(f"mocap bodies are not supported: {[body_name(i) for i in range(m.nbody) if m.body_mocapid[i] >= 0]}")
-    for g in range(m.ngeom):
-        kind = _GEOM.get(int(m.geom_type[g]), str(m.geom_type[g]))
-        if kind not in ("plane", "sphere", "capsule", "box"):
-            extra = " (convex meshes are not in jaxrbd yet)" if kind == "mesh" else ""
-            refuse(f"geom {geom_name(g)!r} is a {kind}, which jaxrbd does not support{extra}")
 
     ignored = []
 
@@ -395,6 +390,11 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
     collide = lambda g1, g2: _collides(m, excluded, filterparent, g1, g2)
     live = [g for g in range(m.ngeom) if any(collide(g, h) for h in range(m.ngeom) if h != g)]
     ignore("geoms that collide with nothing", [geom_name(g) for g in range(m.ngeom) if g not in live])
+    for g in live:  # a geom that collides with nothing only adds its mass, which MuJoCo has counted
+        kind = _GEOM.get(int(m.geom_type[g]), str(m.geom_type[g]))
+        if kind not in ("plane", "sphere", "capsule", "box"):
+            extra = " (convex meshes are not in jaxrbd yet)" if kind == "mesh" else ""
+            refuse(f"geom {geom_name(g)!r} is a {kind}, which jaxrbd does not support{extra}")
     ignore(
         "solref/solimp of geoms",
         [
@@ -425,11 +425,14 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
         broadphase=broadphase,
     )
     owner = {}  # geom -> jaxrbd name (a moving body, or the static geom itself)
+    taken = {body_name(i) for i in moving}
     for i in sorted(static - {0}) + [0]:
         for g in live:
             if m.geom_bodyid[g] != i:
                 continue
-            name = f"{geom_name(g)}" if mujoco.mj_id2name(m, obj.mjOBJ_GEOM, g) else f"geom{g}"
+            name = geom_name(g)
+            if name in taken:  # statics share the builder's namespace with the bodies
+                name = f"{name} (geom {g})"
             pos, mat = np.array(data.geom_xpos[g]), np.array(data.geom_xmat[g]).reshape(3, 3)
             quat = np.zeros(4)
             mujoco.mju_mat2Quat(quat, mat.reshape(-1))

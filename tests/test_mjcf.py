@@ -268,9 +268,15 @@ def test_missing_mujoco_names_the_extra(monkeypatch):
 def test_mesh_geom_is_refused_by_name():
     xml = """<mujoco><asset><mesh name="tet" vertex="0 0 0 1 0 0 0 1 0 0 0 1"/></asset><worldbody>
       <geom type="plane" size="1 1 0.1"/>
-      <body name="rock"><freejoint/><geom name="rockgeom" type="mesh" mesh="tet"/></body></worldbody></mujoco>"""
+      <body name="rock" pos="0 0 1"><freejoint/><geom name="rockgeom" type="mesh" mesh="tet"/></body></worldbody></mujoco>"""
     with pytest.raises(NotImplementedError, match="'rockgeom' is a mesh"):
         rbd.load_mjcf(xml)
+    # A visual mesh (colliding with nothing) only adds mass, which MuJoCo counts: it is listed, not refused.
+    visual = xml.replace('mesh="tet"/>', 'mesh="tet" contype="0" conaffinity="0"/><geom type="sphere" size="0.1"/>')
+    with pytest.warns(UserWarning, match=r"geoms that collide with nothing \['rockgeom'\]"):
+        scene = rbd.load_mjcf(visual)
+    m = mujoco.MjModel.from_xml_string(visual)
+    np.testing.assert_allclose(scene.system.params.mass, m.body_mass[1:], rtol=0, atol=0)
 
 
 def test_unsupported_elements_are_listed_in_one_warning():
