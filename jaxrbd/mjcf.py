@@ -321,7 +321,8 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
     ctrlrange), and tendons, sites, sensors, condim above 3 and fluid forces, are
     listed in one warning. Elements whose absence would silently change the motion
     raise NotImplementedError naming the element: mesh, cylinder, ellipsoid and
-    height-field geoms, equality constraints, explicit `<pair>` contacts, bodies with
+    height-field geoms that collide (ones that collide with nothing are left out and
+    listed), equality constraints, explicit `<pair>` contacts, bodies with
     several joints or welded to a moving body, limited ball joints, actuators other
     than motors on hinges and slides, mocap bodies and flexes.
 
