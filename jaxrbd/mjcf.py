@@ -324,7 +324,7 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
     height-field geoms that collide (ones that collide with nothing are left out and
     listed), equality constraints, explicit `<pair>` contacts, bodies with
     several joints or welded to a moving body, limited ball joints, actuators other
-    than motors on hinges and slides, mocap bodies and flexes.
+    than motors on hinges and slides, and flexes. Mocap bodies are static.
 
     Args:
         source: a path to an .xml file, or the XML itself as a string.
@@ -352,8 +352,6 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
         refuse(f"explicit <contact><pair> elements are not supported: {m.npair} pair(s)")
     if m.nflex:
         refuse("flex (deformable) elements are not supported")
-    if m.nmocap:
-        refuse(f"mocap bodies are not supported: {[body_name(i) for i in range(m.nbody) if m.body_mocapid[i] >= 0]}")
 
     ignored = []
 
@@ -363,6 +361,10 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
 
     ignore("tendons", [_name(m, mujoco, obj.mjOBJ_TENDON, i, "tendon") for i in range(m.ntendon)])
     ignore("sites", [_name(m, mujoco, obj.mjOBJ_SITE, i, "site") for i in range(m.nsite)])
+    ignore(
+        "mocap (held static at their initial pose) bodies",
+        [body_name(i) for i in range(m.nbody) if m.body_mocapid[i] >= 0],
+    )
     ignore("sensors", [_name(m, mujoco, obj.mjOBJ_SENSOR, i, "sensor") for i in range(m.nsensor)])
     qpos, qvel = _initial(m, mujoco, keyframe)
     data = mujoco.MjData(m)

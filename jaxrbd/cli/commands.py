@@ -22,13 +22,37 @@ def main(argv=None):
     reproduce.add_argument("--out", default="out", help="output folder for the figures (default: out)")
     fit = sub.add_parser(
         "fit",
-        help="fit mu (sliding_block: columns t,x,y) or e (bouncing_ball: columns t,z) to a CSV or NPZ trajectory",
+        help="fit mu (sliding_block: columns t,x,y), e (bouncing_ball: columns t,z), or the parameters of any "
+        "scene factory (--scene module:function --param NAME=VALUE --fit NAME --columns COL=qI) to a CSV or NPZ",
     )
     fit.add_argument("file", help="trajectory file, .csv with a header row or .npz with one array per column")
-    fit.add_argument("--scene", required=True, choices=("sliding_block", "bouncing_ball"))
-    fit.add_argument("--dt", type=float, required=True, help="the sample spacing, used as the step size")
+    fit.add_argument(
+        "--scene",
+        required=True,
+        help="sliding_block, bouncing_ball, or module:function, a factory taking keyword parameters and "
+        "returning a Scene (the module importable from the working folder or PYTHONPATH)",
+    )
+    fit.add_argument("--dt", type=_number, required=True, help="the sample spacing, used as the step size (1/240 ok)")
     fit.add_argument("--steps", type=int, default=100, help="optimizer step budget (default 100)")
     fit.add_argument("--radius", type=float, default=0.1, help="bouncing_ball: the ball's radius (default 0.1)")
+    fit.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="module:function scenes: a keyword argument of the factory (the start value of a fitted one); repeat",
+    )
+    fit.add_argument("--fit", dest="fit_names", default="", metavar="NAME,NAME", help="the parameters to fit")
+    fit.add_argument(
+        "--columns",
+        default="",
+        metavar="COL=qI,...",
+        help="map file columns to simulated coordinates: COL=qI (position coordinate I) or COL=vI (velocity)",
+    )
+    fit.add_argument(
+        "--impact", choices=("none", "newton", "poisson"), default="none", help="the impact law (default none)"
+    )
+    fit.add_argument("--noise", type=float, default=None, help="the data's noise level, reported beside the RMS")
     fit.add_argument("--out", default="out", help="output folder for fit.json and fit.png (default: out)")
     fit.add_argument("--force", action="store_true", help="overwrite an existing fit.json")
     bench = sub.add_parser(
@@ -67,18 +91,33 @@ def main(argv=None):
     elif args.command == "fit":
         import sys
 
-        from .fit import TrajectoryFileError, run_fit
+        from .fit import TrajectoryFileError, run_fit, run_scene_fit
 
         try:
-            run_fit(
-                args.file,
-                scene=args.scene,
-                dt=args.dt,
-                out=args.out,
-                force=args.force,
-                steps=args.steps,
-                radius=args.radius,
-            )
+            if args.scene in ("sliding_block", "bouncing_ball"):
+                run_fit(
+                    args.file,
+                    scene=args.scene,
+                    dt=args.dt,
+                    out=args.out,
+                    force=args.force,
+                    steps=args.steps,
+                    radius=args.radius,
+                )
+            else:
+                run_scene_fit(
+                    args.file,
+                    scene=args.scene,
+                    dt=args.dt,
+                    out=args.out,
+                    params=args.param,
+                    fit_names=args.fit_names,
+                    columns=args.columns,
+                    force=args.force,
+                    steps=args.steps,
+                    impact=args.impact,
+                    noise=args.noise,
+                )
         except (TrajectoryFileError, FileExistsError) as err:
             print(f"jaxrbd fit: error: {err}", file=sys.stderr)
             raise SystemExit(2) from None
@@ -105,6 +144,16 @@ def main(argv=None):
                 repeats=args.repeats,
                 scale=not args.no_scaling,
             )
+
+
+def _number(text):
+    """argparse type: a float or a fraction such as 1/240."""
+    from .fit import TrajectoryFileError, parse_number
+
+    try:
+        return parse_number(text)
+    except TrajectoryFileError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def _enable_compilation_cache(jax):

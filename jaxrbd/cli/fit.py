@@ -1,7 +1,14 @@
-"""`jaxrbd fit`: fit mu (a sliding block) or e (a bouncing ball) to a trajectory file (CSV or NPZ)."""
+"""`jaxrbd fit`: fit the parameters of a scene to a trajectory file (CSV or NPZ).
 
+Two shortcuts (`sliding_block`: mu; `bouncing_ball`: e) and any scene from a
+Python factory (`--scene module:function`, see `run_scene_fit`).
+"""
+
+import importlib
+import inspect
 import json
 import os
+import re
 
 import numpy as np
 
@@ -13,19 +20,14 @@ class TrajectoryFileError(ValueError):
     """A trajectory file that cannot be fitted; the message names the problem."""
 
 
-def load_trajectory(path, scene, dt):
-    """The columns `COLUMNS[scene]` of a CSV (with a header) or NPZ file, checked.
-
-    Raises `TrajectoryFileError` for a missing file or column, NaN or inf, fewer
-    than 3 samples, or sample times not spaced by dt.
-    """
+def read_columns(path):
+    """dict column -> (n,) float array of a CSV (with a header row) or NPZ file; `TrajectoryFileError` otherwise."""
     if not os.path.isfile(path):
         raise TrajectoryFileError(f"{path}: no such file")
-    need = COLUMNS[scene]
     if path.endswith(".npz"):
         with np.load(path) as f:
-            data = {k: np.asarray(f[k], dtype=float).reshape(-1) for k in f.files}
-    elif path.endswith(".csv"):
+            return {k: np.asarray(f[k], dtype=float).reshape(-1) for k in f.files}
+    if path.endswith(".csv"):
         with open(path) as f:
             header = [h.strip() for h in f.readline().strip().split(",")]
         try:
@@ -34,14 +36,26 @@ def load_trajectory(path, scene, dt):
             raise TrajectoryFileError(f"{path}: cannot read the rows: {err}") from None
         if rows.shape[1] != len(header):
             raise TrajectoryFileError(f"{path}: the header has {len(header)} columns, the rows {rows.shape[1]}")
-        data = {h: rows[:, i] for i, h in enumerate(header)}
-    else:
-        raise TrajectoryFileError(f"{path}: the file must end in .csv or .npz")
+        return {h: rows[:, i] for i, h in enumerate(header)}
+    raise TrajectoryFileError(f"{path}: the file must end in .csv or .npz")
+
+
+def load_trajectory(path, scene, dt):
+    """The columns `COLUMNS[scene]` of a CSV (with a header) or NPZ file, checked.
+
+    Raises `TrajectoryFileError` for a missing file or column, NaN or inf, fewer
+    than 3 samples, or sample times not spaced by dt.
+    """
+    need = COLUMNS[scene] if isinstance(scene, str) else tuple(scene)
+    data = read_columns(path)
     missing = [c for c in need if c not in data]
     if missing:
-        raise TrajectoryFileError(f"{path}: missing column(s) {missing}; a {scene} file needs {list(need)}")
+        what = f"a {scene} file" if isinstance(scene, str) else "--columns"
+        raise TrajectoryFileError(
+            f"{path}: missing column(s) {missing}; {what} needs {list(need)}; the file has {sorted(data)}"
+        )
     cols = {c: data[c] for c in need}
-    n = len(cols["t"])
+    n = len(next(iter(cols.values())))
     if any(len(v) != n for v in cols.values()):
         raise TrajectoryFileError(f"{path}: the columns {list(need)} have different lengths")
     if n < 3:
@@ -50,6 +64,8 @@ def load_trajectory(path, scene, dt):
         bad = np.where(~np.isfinite(v))[0]
         if bad.size:
             raise TrajectoryFileError(f"{path}: column {c!r} has NaN or inf in row(s) {bad[:5].tolist()}")
+    if "t" not in cols:
+        return cols
     steps = np.diff(cols["t"])
     if not np.allclose(steps, dt, rtol=DT_RTOL, atol=0.0):
         i = int(np.argmax(np.abs(steps - dt)))
@@ -175,3 +191,206 @@ def _plot(data, observed, fitted, result, path):
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+# --- any scene from a Python factory -------------------------------------------------------------------
+
+_TARGET = re.compile(r"^(q|v)\[?(\d+)\]?$")
+
+
+def parse_number(text):
+    """A float from '0.01', '1e-3' or a fraction '1/240'."""
+    parts = str(text).split("/")
+    try:
+        if len(parts) == 2:
+            return float(parts[0]) / float(parts[1])
+        if len(parts) == 1:
+            return float(parts[0])
+    except (ValueError, ZeroDivisionError):
+        pass
+    raise TrajectoryFileError(f"not a number: {text!r} (a float such as 0.01 or a fraction such as 1/240)")
+
+
+def load_factory(spec):
+    """The callable named by 'module:function' (the module importable from sys.path or the working folder)."""
+    import sys
+
+    if not isinstance(spec, str) or spec.count(":") != 1 or not all(spec.split(":")):
+        raise TrajectoryFileError(
+            f"--scene {spec!r}: expected sliding_block, bouncing_ball or module:function (a scene factory)"
+        )
+    module_name, attr = spec.split(":")
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.append(os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        raise TrajectoryFileError(f"--scene {spec!r}: cannot import module {module_name!r}: {err}") from None
+    factory = getattr(module, attr, None)
+    if factory is None:
+        raise TrajectoryFileError(f"--scene {spec!r}: module {module_name!r} has no {attr!r}")
+    if not callable(factory):
+        raise TrajectoryFileError(f"--scene {spec!r}: {attr!r} is not callable")
+    return factory
+
+
+def parse_params(items, factory, spec):
+    """dict name -> float from ['name=value', ...], each name checked against the factory's signature."""
+    signature = inspect.signature(factory)
+    named = {
+        k
+        for k, p in signature.parameters.items()
+        if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    }
+    takes_any = any(p.kind == inspect.Parameter.VAR_KEYWORD for p in signature.parameters.values())
+    params = {}
+    for item in items or ():
+        name, sep, value = item.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise TrajectoryFileError(f"--param {item!r}: expected name=value")
+        if name not in named and not takes_any:
+            raise TrajectoryFileError(
+                f"--param {name}: the scene factory {spec} takes no parameter {name!r}; it takes {sorted(named)}"
+            )
+        params[name] = parse_number(value)
+    return params
+
+
+def parse_columns(text, nq, nv):
+    """[(column, 'q' or 'v', index)] from 'x=q0,vx=v[0],...'; the index checked against nq or nv."""
+    out = []
+    for item in [s for s in (text or "").split(",") if s.strip()]:
+        column, sep, target = item.partition("=")
+        column, target = column.strip(), target.strip()
+        match = _TARGET.match(target)
+        if not sep or not column or match is None:
+            raise TrajectoryFileError(
+                f"--columns {item!r}: expected COLUMN=qI or COLUMN=vI (I the coordinate's index), "
+                "for example x=q0,vx=v0"
+            )
+        kind, index = match.group(1), int(match.group(2))
+        size = nq if kind == "q" else nv
+        if index >= size:
+            raise TrajectoryFileError(f"--columns {item!r}: the scene has {size} {kind} coordinates (0..{size - 1})")
+        out.append((column, kind, index))
+    if not out:
+        raise TrajectoryFileError("--columns: map at least one column, for example x=q0")
+    return out
+
+
+def run_scene_fit(
+    path,
+    *,
+    scene,
+    dt,
+    out,
+    params=(),
+    fit_names="",
+    columns="",
+    force=False,
+    steps=50,
+    impact="none",
+    noise=None,
+):
+    """Fit the parameters `fit_names` of the scene `factory(**params)` to the file's columns.
+
+    The factory takes the parameters as keyword arguments (every `--param` must
+    be one of them) and returns a `Scene` (or a (system, state) pair); the fitted
+    ones arrive as traced scalars. The simulated q and v coordinates named in
+    `columns` ('x=q0,z=q2,vz=v2') are compared with the file's columns, over
+    len(file) - 1 steps of dt from the factory's state, by Levenberg-Marquardt
+    (`jaxrbd.sysid.fit` with residuals). A fitted parameter that starts > 0 is
+    fitted in log space (`Positive()`), one that starts <= 0 unbounded.
+    Writes `out/fit.json` (values, standard deviations, 95% intervals,
+    identifiability, loss) and `out/fit.png` (data vs fit); returns the fitted
+    values.
+    """
+    import jax.numpy as jnp
+
+    from ..stepping import Newton, Poisson, simulate
+    from ..sysid import Free, LevenbergMarquardt, Positive, _problem, fit
+
+    if not dt > 0:
+        raise TrajectoryFileError(f"--dt must be > 0, got {dt}")
+    result_path = os.path.join(out, "fit.json")
+    if os.path.exists(result_path) and not force:
+        raise FileExistsError(f"{result_path} exists; pass --force to overwrite it")
+    factory = load_factory(scene)
+    start = parse_params(params, factory, scene)
+    names = [s.strip() for s in (fit_names or "").split(",") if s.strip()]
+    if not names:
+        raise TrajectoryFileError("--fit: name at least one parameter to fit, for example --fit mu")
+    unknown = [k for k in names if k not in start]
+    if unknown:
+        raise TrajectoryFileError(
+            f"--fit {unknown}: give each fitted parameter a starting value with --param NAME=VALUE"
+        )
+    fixed = {k: v for k, v in start.items() if k not in names}
+    try:
+        built = factory(**start)
+        system, state = built
+    except TrajectoryFileError:
+        raise
+    except Exception as err:
+        raise TrajectoryFileError(f"--scene {scene}: the factory failed with {start}: {err}") from None
+    mapping = parse_columns(columns, np.shape(state.q)[0], np.shape(state.v)[0])
+    data = load_trajectory(path, [c for c, _, _ in mapping] + (["t"] if "t" in read_columns(path) else []), dt)
+    observed = jnp.asarray(np.stack([data[c] for c, _, _ in mapping], axis=1))
+    n = observed.shape[0]
+    restitution = {"none": None, "newton": Newton(), "poisson": Poisson()}[impact]
+
+    def predict(p):
+        system, state = factory(**fixed, **p)
+        traj = simulate(system, state, dt=dt, steps=n - 1, restitution=restitution)
+        return jnp.stack([(traj.q if kind == "q" else traj.v)[:, i] for _, kind, i in mapping], axis=1)
+
+    def residuals(p, obs):
+        return predict(p) - obs
+
+    bounds = {k: Positive() if start[k] > 0 else Free() for k in names}
+    result = fit(
+        residuals=residuals,
+        params={k: start[k] for k in names},
+        data=observed,
+        bounds=bounds,
+        optimizer=LevenbergMarquardt(),
+        steps=steps,
+        param_rtol=1e-9,
+        noise=noise,
+        desc=f"fit {','.join(names)}",
+    )
+    fitted = {k: float(v) for k, v in result.params.items()}
+    u = result.uncertainty
+    summary = dict(
+        scene=scene,
+        file=path,
+        params=fitted,
+        fixed=fixed,
+        std={k: float(u.std[k]) for k in names},
+        interval={k: [float(x) for x in u.interval[k]] for k in names},
+        identified={k: bool(u.identified[k]) for k in names},
+        level=0.95,
+        rms=float(u.rms),
+        columns={c: f"{kind}{i}" for c, kind, i in mapping},
+        steps=result.steps,
+        converged=result.converged,
+        loss=float(result.loss),
+        seconds=result.seconds,
+    )
+    os.makedirs(out, exist_ok=True)
+    with open(result_path, "w") as f:
+        json.dump(summary, f, indent=2)
+    t = data["t"] if "t" in data else dt * np.arange(n)
+    # the fitted curves from the fit's own compiled residuals (no second compilation): pred = obs + r
+    _, r, _ = _problem(residuals=residuals, data=observed).jacobian(
+        {k: jnp.asarray(v) for k, v in fitted.items()}, observed, names
+    )
+    fitted_curves = np.asarray(observed) + r.reshape(observed.shape)
+    _plot({"t": t}, np.asarray(observed), fitted_curves, result, os.path.join(out, "fit.png"))
+    for k in names:
+        lo, hi = summary["interval"][k]
+        print(f"{k} = {fitted[k]:.6g} +- {summary['std'][k]:.2g} (95%: [{lo:.6g}, {hi:.6g}])")
+    print(f"{result.steps} steps, best loss {result.loss:.3e} (step {result.best_step}), {result.seconds:.1f} s")
+    print(f"wrote {result_path} and {os.path.join(out, 'fit.png')}")
+    return fitted
