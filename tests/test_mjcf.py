@@ -282,14 +282,15 @@ def test_mesh_geom_is_refused_by_name():
 def test_unsupported_elements_are_listed_in_one_warning():
     xml = """<mujoco><worldbody><geom type="plane" size="1 1 0.1" solref="0.01 1"/>
       <body name="ball" pos="0 0 1"><freejoint/><geom name="g" type="sphere" size="0.1"/>
-        <site name="marker"/><site name="tip" pos="0 0 0.1"/></body></worldbody>
+        <site name="marker"/><site name="tip" pos="0 0 0.1"/></body>
+      <body name="target" mocap="true" pos="2 0 0.5"><geom type="box" size="0.1 0.1 0.1"/></body></worldbody>
       <sensor><framepos name="where" objtype="site" objname="marker"/></sensor></mujoco>"""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         rbd.load_mjcf(xml)
     ours = [str(w.message) for w in caught if "load_mjcf ignores" in str(w.message)]
     assert len(ours) == 1
-    for name in ("'marker'", "'tip'", "'where'", "solref"):
+    for name in ("'marker'", "'tip'", "'where'", "solref", "'target'"):
         assert name in ours[0], ours[0]
 
 
