@@ -26,7 +26,7 @@ import numpy as np
 
 from . import _rotation as rot
 from .bodies import SceneBuilder
-from .geometry import Box, Capsule, Plane, Sphere
+from .geometry import Box, Capsule, ConvexMesh, Plane, Sphere
 from .model import Scene, State
 
 FREE, BALL, SLIDE, HINGE = 0, 1, 2, 3  # mjtJoint
@@ -302,7 +302,8 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
       equality rows between the body and its parent (the world for static
       parents); `range` of a limited hinge or slide becomes the joint's stops. jaxrbd's
       joint coordinate is qpos minus its initial value.
-    - geoms: plane (static only), sphere, capsule, box, posed in the body frame.
+    - geoms: plane (static only), sphere, capsule, box, and mesh as its convex hull
+      (`ConvexMesh`, which is how MuJoCo collides meshes), posed in the body frame.
       Friction per pair is MuJoCo's: the sliding friction (`friction[0]`) of the
       geom with the higher `priority`, else the larger of the two geoms'; 0 when
       the pair's condim is 1. jaxrbd's friction is per body pair, so all geom
@@ -320,7 +321,7 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
     (solref, solimp, margin, joint damping, stiffness, armature, frictionloss,
     ctrlrange), and tendons, sites, sensors, condim above 3 and fluid forces, are
     listed in one warning. Elements whose absence would silently change the motion
-    raise NotImplementedError naming the element: mesh, cylinder, ellipsoid and
+    raise NotImplementedError naming the element: cylinder, ellipsoid and
     height-field geoms that collide (ones that collide with nothing are left out and
     listed), equality constraints, explicit `<pair>` contacts, bodies with
     several joints or welded to a moving body, limited ball joints, actuators other
@@ -395,9 +396,8 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
     ignore("geoms that collide with nothing", [geom_name(g) for g in range(m.ngeom) if g not in live])
     for g in live:  # a geom that collides with nothing only adds its mass, which MuJoCo has counted
         kind = _GEOM.get(int(m.geom_type[g]), str(m.geom_type[g]))
-        if kind not in ("plane", "sphere", "capsule", "box"):
-            extra = " (convex meshes are not in jaxrbd yet)" if kind == "mesh" else ""
-            refuse(f"geom {geom_name(g)!r} is a {kind}, which jaxrbd does not support{extra}")
+        if kind not in ("plane", "sphere", "capsule", "box", "mesh"):
+            refuse(f"geom {geom_name(g)!r} is a {kind}, which jaxrbd does not support")
     ignore(
         "solref/solimp of geoms",
         [
@@ -587,4 +587,8 @@ def _shape(m, g, pos, quat, static=False, normal=None):
         return Sphere(float(size[0]), **pose)
     if kind == "capsule":
         return Capsule(float(size[0]), float(size[1]), **pose)
+    if kind == "mesh":  # MuJoCo collides a mesh as its convex hull, which is what a ConvexMesh is
+        mesh = m.geom_dataid[g]
+        start, n = m.mesh_vertadr[mesh], m.mesh_vertnum[mesh]
+        return ConvexMesh(np.array(m.mesh_vert[start : start + n], float), **pose)
     return Box(tuple(map(float, size[:3])), **pose)

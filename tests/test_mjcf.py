@@ -265,14 +265,38 @@ def test_missing_mujoco_names_the_extra(monkeypatch):
         rbd.load_mjcf(BOX_XML)
 
 
-def test_mesh_geom_is_refused_by_name():
-    xml = """<mujoco><asset><mesh name="tet" vertex="0 0 0 1 0 0 0 1 0 0 0 1"/></asset><worldbody>
-      <geom type="plane" size="1 1 0.1"/>
-      <body name="rock" pos="0 0 1"><freejoint/><geom name="rockgeom" type="mesh" mesh="tet"/></body></worldbody></mujoco>"""
-    with pytest.raises(NotImplementedError, match="'rockgeom' is a mesh"):
+MESH_XML = """<mujoco><asset><mesh name="tet" vertex="0 0 0 1 0 0 0 1 0 0 0 1 0.2 0.2 0.2"/></asset><worldbody>
+  <geom type="plane" size="1 1 0.1"/>
+  <body name="rock" pos="0.3 0 1" quat="0.9 0.3 0.1 0.2"><freejoint/><geom name="rockgeom" type="mesh" mesh="tet"/></body>
+</worldbody></mujoco>"""
+
+
+def test_mesh_geom_is_its_convex_hull_where_mujoco_puts_it():
+    """MuJoCo collides a mesh as its convex hull: a ConvexMesh with the same world vertices."""
+    scene = rbd.load_mjcf(MESH_XML)
+    m = mujoco.MjModel.from_xml_string(MESH_XML)
+    d = mujoco.MjData(m)
+    mujoco.mj_kinematics(m, d)
+    g = 1
+    start, n = m.mesh_vertadr[0], m.mesh_vertnum[0]
+    theirs = d.geom_xpos[g] + np.asarray(m.mesh_vert[start : start + n]) @ d.geom_xmat[g].reshape(3, 3).T
+    mesh = scene.system.params.shapes["mesh"]
+    p, R = scene.bodies.positions(scene.state.q)[0], rot.to_matrix(scene.bodies.orientations(scene.state.q)[0])
+    Rs = rot.to_matrix(mesh["orientation"][0])
+    ours = p + (mesh["position"][0] + mesh["vertices"][0] @ Rs.T) @ R.T
+    hull = {tuple(np.round(x, 9)) for x in np.asarray(ours)}  # the hull drops the inner point (0.2, 0.2, 0.2)
+    assert hull <= {tuple(np.round(x, 9)) for x in theirs} and len(hull) == 4
+    np.testing.assert_allclose(scene.system.params.mass, m.body_mass[1:], rtol=0, atol=0)
+
+
+def test_unsupported_geom_is_refused_by_name():
+    xml = MESH_XML.replace('type="mesh" mesh="tet"', 'type="cylinder" size="0.1 0.2"')
+    with pytest.raises(NotImplementedError, match="'rockgeom' is a cylinder"):
         rbd.load_mjcf(xml)
-    # A visual mesh (colliding with nothing) only adds mass, which MuJoCo counts: it is listed, not refused.
-    visual = xml.replace('mesh="tet"/>', 'mesh="tet" contype="0" conaffinity="0"/><geom type="sphere" size="0.1"/>')
+    # A visual geom (colliding with nothing) only adds mass, which MuJoCo counts: it is listed, not refused.
+    visual = xml.replace(
+        'size="0.1 0.2"/>', 'size="0.1 0.2" contype="0" conaffinity="0"/><geom type="sphere" size="0.1"/>'
+    )
     with pytest.warns(UserWarning, match=r"geoms that collide with nothing \['rockgeom'\]"):
         scene = rbd.load_mjcf(visual)
     m = mujoco.MjModel.from_xml_string(visual)
