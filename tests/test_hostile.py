@@ -10,8 +10,8 @@ support, zero or random velocities and spins. Every run asserts:
 - every step converged or reported (`traj.stats.converged`, and the status
   `SOLVER_FAILED` where it did not): a drawn scene is well-posed (no initial overlap,
   valid parameters), so no other status may appear. Steps that do not converge are
-  findings all the same: the regression tests below hold the ones found, shrunk to
-  minimal scenes;
+  findings all the same: `test_hostile_regressions.py` holds the ones found, shrunk
+  to minimal scenes;
 - quaternions have unit norm to QUAT_TOL;
 - inelastic `AnitescuPotra()` and `Poisson()` restitution (on `AnitescuPotra()`): the
   energy kinetic + potential never increases by more than ENERGY_RTOL |E| in a step
@@ -44,7 +44,6 @@ stacks a capsule on a box on a box.
 import dataclasses
 import functools
 import math
-import warnings
 
 import equinox as eqx
 import jax
@@ -489,7 +488,7 @@ def long_run_and_check(d, scheme, steps=LONG_RUN_STEPS):
 
 
 # Derandomized and without an example database: the same scenes in every run, nothing recorded. No
-# shrinking: a run takes seconds and hypothesis would spend minutes; the regression tests below hold
+# shrinking: a run takes seconds and hypothesis would spend minutes; `test_hostile_regressions.py` holds
 # the failures found, shrunk by hand.
 FAST = settings(
     max_examples=FAST_EXAMPLES,
@@ -508,199 +507,3 @@ LONG = settings(FAST, max_examples=LONG_EXAMPLES)
 @given(d=scenes(FAST_STRUCTURES))
 def test_hostile_scenes(scheme, d):
     run_and_check(d, scheme, gradient=scheme in FAST_GRADIENTS)
-
-
-# Regressions: the minimal scenes of failures this suite found, fixed since.
-
-
-def test_contact_sweeps_reports_convergence_of_a_ball_in_flight():
-    """A ball in free flight, 0.9 m above the ground and moving sideways: nothing to solve.
-
-    Found on `mixed8` (the one structure large enough for `ContactSweeps`): every
-    step of every scene with a body in flight reported converged=False. The motion
-    is right (the exact symplectic-Euler free flight, as with the dense step); the
-    residual is not: 0.286 with `AnitescuPotra()` and 1.0 with
-    `StewartTrinkle(delta=1e-3)`, from the friction rows of the contact that the
-    activation distance leaves out of the step.
-    """
-    b = rbd.SceneBuilder(dim=3, mu=0.5)
-    b.add_static("ground", rbd.Plane())
-    b.add_body("ball", rbd.Sphere(0.1), mass=1.0, position=(0.0, 0.0, 1.0), velocity=(1.0, 0.0, 0.0))
-    scene = b.build()
-    k = np.arange(4)
-    exact = np.stack([H * k, 0 * k, 1.0 - G * H**2 * k * (k + 1) / 2], -1)  # symplectic Euler in free flight
-    for scheme in (rbd.AnitescuPotra(), rbd.StewartTrinkle(delta=1e-3)):
-        traj = rbd.simulate(*scene, dt=H, steps=3, scheme=scheme, solver=rbd.ContactSweeps())
-        np.testing.assert_allclose(np.asarray(traj.q[:, :3]), exact, rtol=0, atol=1e-15)
-        residual = np.asarray(traj.stats.residual)
-        assert bool(jnp.all(traj.stats.converged)), f"{type(scheme).__name__}: residuals {residual}"
-
-
-def _body_at(builder, name, shape, mass, q_hex, v_hex):
-    """Add a body at the exact state (float.hex) a failing run reached."""
-    q, v = [float.fromhex(x) for x in q_hex], [float.fromhex(x) for x in v_hex]
-    builder.add_body(name, shape, mass=mass, position=q[:3], orientation=q[3:], velocity=v[:3], angular_velocity=v[3:])
-
-
-def _one_step(builder):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the exact states overlap by round-off
-        scene = builder.build()
-    traj = rbd.simulate(*scene, dt=H, steps=1)
-    return traj.stats
-
-
-def test_stewart_trinkle_converges_for_a_heavy_box_landing_beside_a_ball():
-    """A 1000 kg box landing on an edge at 1.03 m/s, turning at 4.7 rad/s, with a 1 kg ball at rest 1.8 m away.
-
-    Found on `mixed4` (box of 1000 kg, sphere of 1.6 g stacked on it): the step
-    stops at residual 2.4e-8 (Newton and the Lemke fallback). Without the ball, or
-    with mu 0.5 for the box, it converges; with the ball anywhere in the scene, at
-    rest or in flight, and a box of 10 to 1000 kg, it does not. The box's state is
-    the one that run reached.
-    """
-    b = rbd.SceneBuilder(dim=3)
-    b.add_static("ground", rbd.Plane())
-    q = ["0x1.6acbd1fff3de0p-3", "-0x1.946b3125b8aafp-3", "0x1.9a0d7887ee85bp-5", "0x1.e162ab4c7667ep-8"]
-    q += ["-0x1.e3a6f5d5d9969p-8", "0x1.6a04f2424892ap-1", "-0x1.6a04ce19496a1p-1"]
-    v = ["0x1.4b19e0694fb44p-3", "-0x1.3400f75292342p-2", "-0x1.06c68030cdea4p+0"]
-    v += ["0x1.02616a3a43e07p+2", "0x1.34df86a036807p+1", "-0x1.09dbc12940baap-5"]
-    _body_at(b, "box", rbd.Box((0.1042741872130418, 0.05, 0.19055139759095951)), 1000.0, q, v)
-    b.add_body("ball", rbd.Sphere(0.1), mass=1.0, position=(2.0, 0.0, 0.1))
-    b.set_pair("ground", "box", mu=0.7828483978823078)
-    b.set_pair("ground", "ball", mu=0.5)
-    b.set_pair("box", "ball", mu=0.5)
-    stats = _one_step(b)
-    assert bool(stats.converged[0]), f"residual {float(stats.residual[0]):.3g}"
-
-
-def test_stewart_trinkle_converges_with_three_bodies_far_apart():
-    """A 1.1 g capsule touching the ground, an 11 g ball rolling 2 m away, a 1 kg box rising 3 m away.
-
-    Found on `mixed6`: the bodies are 1 to 3 m apart (their mutual contacts have
-    gaps of 1 to 2 m), yet the step stops at residual 0.26 (Newton and the Lemke
-    fallback); any one or two of them alone converge, and so do all three without
-    the body-body contacts (`collide_bodies=False`) or with a capsule of 1 kg. The
-    states are the ones that run reached in its step 2.
-    """
-    b = rbd.SceneBuilder(dim=3)
-    b.add_static("ground", rbd.Plane())
-    q = ["0x1.8fd909e781177p-19", "-0x1.11bb724fb906ep-11", "0x1.9ad373ac06f9dp-3", "-0x1.b6e2d0904f4e6p-4"]
-    q += ["0x1.28e8a528b3d66p-1", "0x1.96c5c485b1b09p-1", "0x1.29116bf901e3ep-3"]
-    v = ["0x1.a0a55af4317b0p-13", "-0x1.1d3b6793d4a0ep-5", "-0x1.189a3fca5a200p-7"]
-    v += ["0x1.635311298f43ap-3", "0x1.038410f9acf88p-10", "-0x1.7aa7a7b550668p-55"]
-    _body_at(b, "capsule", rbd.Capsule(0.07, 0.1396838588532503), 0.0011351170702360602, q, v)
-    q = ["0x1.ff86462403892p+0", "-0x1.ef94e8ea394e2p-14", "0x1.7c92a0f39af86p-4", "0x1.68be3ab6a16d2p-1"]
-    q += ["0x1.6ac1f7a4f16d6p-1", "-0x1.2fc6c64b83eacp-5", "-0x1.d9dc82d401713p-7"]
-    v = ["-0x1.bd643c37de110p-4", "-0x1.832c55f6fcc56p-7", "0x0.0p+0"]
-    v += ["0x1.04709da39de5cp-3", "-0x1.2b9a06be6c3fap+0", "-0x1.d2c9ca3ef1e71p+1"]
-    _body_at(b, "ball", rbd.Sphere(0.0929132735415675), 0.011237047723897399, q, v)
-    q = ["0x1.80d45a591eefep+1", "0x1.31c252128049cp-6", "0x1.3dc4e24297cb7p-4", "0x1.0p+0", "0x0.0p+0", "0x0.0p+0"]
-    q += ["0x0.0p+0"]
-    v = ["0x1.4bcd2b4056e08p-2", "0x1.ddbfa03ce8734p-1", "0x1.5478b89e3bf20p+0", "0x0.0p+0", "0x0.0p+0", "0x0.0p+0"]
-    _body_at(b, "box", rbd.Box((0.10047098474529056, 0.16856044412899424, 0.05)), 1.0, q, v)
-    b.exclude("capsule", "box")
-    b.set_pair("ground", "capsule", mu=1.3847552319250533)
-    b.set_pair("ground", "ball", mu=0.7849234011229054)
-    b.set_pair("ground", "box", mu=0.5)
-    b.set_pair("capsule", "ball", mu=0.0)
-    b.set_pair("ball", "box", mu=0.0)
-    stats = _one_step(b)
-    assert bool(stats.converged[0]), f"residual {float(stats.residual[0]):.3g}"
-
-
-def test_capsule_landing_flat_converges():
-    """A 1 kg capsule (r 0.06, half length 0.13) landing on its side at 0.38 m/s, turning at 2.9 rad/s, mu 1.3.
-
-    Found on `capsule_on_sphere` (its step 59): the solve stopped at residual
-    4.3e-10. The exact solution has a contact slipping at 1e-9 m/s; Lemke on the
-    symmetrically scaled problem read that degenerate tie the other way, and the
-    unscaled pivoting it now retries with finds it (residual 3e-15).
-    """
-    b = rbd.SceneBuilder(dim=3, mu=1.3)
-    b.add_static("ground", rbd.Plane())
-    q = ["-0x1.4f24630aaac6ep-6", "0x1.23dc9c79610b2p-49", "0x1.eb851eb851eb8p-5", "0x1.6a099f9ec7aabp-1"]
-    q += ["-0x1.4036582dccfcdp-47", "-0x1.6a0a2d3111f7dp-1", "-0x1.86e33b92d65a7p-50"]
-    v = ["-0x1.4bcb913293780p-3", "0x1.f7d713df965ecp-49", "-0x1.80ef42118e0b4p-2"]
-    v += ["-0x1.2877391fea6a4p-43", "-0x1.709c1d5a11ea7p+1", "-0x1.1bd9a3da69a5ep-45"]
-    _body_at(b, "capsule", rbd.Capsule(0.06, 0.13), 1.0, q, v)
-    stats = _one_step(b)
-    assert bool(stats.converged[0]) and float(stats.residual[0]) <= 1e-10, f"residual {float(stats.residual[0]):.3g}"
-
-
-@pytest.mark.parametrize(
-    "scheme", [rbd.AnitescuPotra(), rbd.StewartTrinkle()], ids=["anitescu_potra", "stewart_trinkle"]
-)
-def test_heavy_spinning_ball_on_a_light_box_converges(scheme):
-    """A 1000 kg ball (r 0.1) on a 10 g cube on the ground, spinning at 1 rad/s: mass ratio 1e5.
-
-    Found on `mixed4` (a 1000 kg ball on a 25 g box). Lemke on the row-scaled LCP
-    ended on a secondary ray (residual 0.036): a row scaling does not keep the
-    copositivity Lemke's termination rests on, a symmetric one does. The steps
-    that stopped at 1.2e-10 to 3e-10 carry impulses of about 100 N s, so their
-    round-off passes the tolerance relative to the impulses (`within_tolerance`).
-    """
-    b = rbd.SceneBuilder(dim=3)
-    b.add_static("ground", rbd.Plane())
-    b.add_body("box", rbd.Box((0.1, 0.1, 0.1)), mass=0.01, position=(0.0, 0.0, 0.1))
-    z = 2 * 0.1 + 0.1  # 0.30000000000000004: the ball 5.6e-17 m above the box
-    b.add_body("ball", rbd.Sphere(0.1), mass=1000.0, position=(0.0, 0.0, z), angular_velocity=(0.0, 1.0, 0.0))
-    b.set_pair("ground", "box", mu=0.5)
-    b.set_pair("ground", "ball", mu=0.5)
-    b.set_pair("box", "ball", mu=0.1)
-    traj = rbd.simulate(*b.build(), dt=H, steps=20, scheme=scheme)
-    residual = np.asarray(traj.stats.residual)
-    scale = np.maximum(1.0, np.max(np.abs(np.asarray(traj.impulses.normal)), axis=-1))
-    assert bool(np.all(traj.stats.converged)), f"worst residual {residual.max():.3g}"
-    assert np.all(residual <= 1e-10 * scale), residual / scale
-
-
-def test_tilting_capsule_on_a_parallel_one_stays_within_the_second_order_bound():
-    """Two parallel capsules, one resting on the other, the upper one tilting at 5 rad/s.
-
-    Found on `mixed6` (a capsule stacked on a parallel one): after one step of
-    h = 0.01 the upper capsule's end was 9.7 mm inside the lower one, where the
-    position-level step leaves at most the second-order remainder of the rotation,
-    L (theta^2 / 2 + theta^3 / 6) + theta |dp| (`penetration_bound`): the
-    capsule-capsule pair had one contact, at a segment's midpoint when the axes are
-    parallel. It now has two, at the ends of the segments' overlap.
-    """
-    lying = (math.sqrt(0.5), math.sqrt(0.5), 0.0, 0.0)  # a shape's z axis along -y
-    b = rbd.SceneBuilder(dim=3, mu=0.5)
-    b.add_static("ground", rbd.Plane())
-    radius, half_length = 0.05, 0.2
-    capsule = rbd.Capsule(radius, half_length)
-    b.add_body("lower", capsule, mass=1.0, position=(0.0, 0.0, radius), orientation=lying)
-    b.add_body(
-        "upper", capsule, mass=1.0, position=(0.0, 0.0, 3 * radius), orientation=lying, angular_velocity=(5.0, 0, 0)
-    )
-    scene = b.build()
-    traj = rbd.simulate(*scene, dt=H, steps=1)
-    pair = np.array([p == ("lower", "upper") for p in scene.bodies.pair_names])
-    depth = -float(np.asarray(scene.system.contacts(traj.q[1]).gap)[pair].min())
-    q = np.asarray(traj.q).reshape(2, 2, 7)
-    theta = 2 * np.arccos(np.clip(np.abs(np.sum(q[1, :, 3:] * q[0, :, 3:], -1)), 0, 1))
-    reach = 2 * (radius + half_length)
-    dp = np.linalg.norm((q[1, 1, :3] - q[0, 1, :3]) - (q[1, 0, :3] - q[0, 0, :3]))
-    bound = np.sum(reach * (theta**2 / 2 + theta**3 / 6)) + np.sum(theta) * dp + GAP_ROUNDOFF
-    assert bool(jnp.all(traj.stats.converged))
-    assert depth <= bound, f"penetration {depth:.3g} m, second-order bound {bound:.3g} m"
-
-
-def test_contact_sweeps_solve_a_heavy_ball_on_a_light_one():
-    """A 50 kg ball resting on a 2.5 g ball on the ground, `ContactSweeps` with Anitescu-Potra.
-
-    Found on `mixed8` (a 50 kg ball on a 2.5 g box): block Gauss-Seidel stalls at
-    mass ratios of 1e4 (1000 sweeps, residual 0.2 to 0.4, reported unconverged)
-    and the energy rose by up to 1% in a step. The sweeps now hand such a step to
-    Lemke on the dense LCP (`ContactSweeps.dense_fallback`).
-    """
-    b = rbd.SceneBuilder(dim=3, mu=0.5)
-    b.add_static("ground", rbd.Plane())
-    b.add_body("light", rbd.Sphere(0.1), mass=2.5e-3, position=(0.0, 0.0, 0.1))
-    b.add_body("heavy", rbd.Sphere(0.1), mass=50.0, position=(0.01, 0.0, 0.3))
-    scene = b.build()
-    traj = rbd.simulate(*scene, dt=H, steps=20, scheme=rbd.AnitescuPotra(), solver=rbd.ContactSweeps())
-    E = np.asarray(jax.vmap(scene.system.energy)(traj.q, traj.v))
-    assert bool(np.all(traj.stats.converged)), np.asarray(traj.stats.residual)
-    assert np.max(np.diff(E) / np.abs(E[:-1])) <= ENERGY_RTOL
