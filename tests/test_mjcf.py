@@ -156,25 +156,26 @@ def test_pendulum_agrees_with_mujoco_and_converges():
     assert 0.45 < e2 / e1 < 0.55, (e1, e2)
 
 
-# Spheres only: the builder compiles one contact function per kind pair, and this test is about the maps.
+# Spheres that touch only the floor (contype 2 & conaffinity 1 = 0 between them): the builder compiles
+# contact functions per kind pair and pair, and this test is about the maps.
 CHAIN_XML = """
 <mujoco>
   <worldbody>
     <geom name="floor" type="plane" size="5 5 0.1"/>
     <body name="base" pos="0.1 0.2 1" quat="0.9 0.1 0.2 0.3">
       <freejoint/>
-      <geom type="sphere" size="0.1" pos="0.05 0 0"/>
-      <geom type="sphere" size="0.05" pos="0 0 0.3"/>
+      <geom contype="2" type="sphere" size="0.1" pos="0.05 0 0"/>
+      <geom contype="2" type="sphere" size="0.05" pos="0 0 0.3"/>
     </body>
     <body name="arm" pos="0 0 2">
       <joint name="h" type="hinge" axis="0 1 0" range="-60 60" pos="0 0 0.3" ref="10"/>
-      <geom type="sphere" size="0.05" pos="0 0 -0.2"/>
+      <geom contype="2" type="sphere" size="0.05" pos="0 0 -0.2"/>
       <body name="slider" pos="0 0 -0.7">
         <joint name="s" type="slide" axis="1 0 0"/>
-        <geom type="sphere" size="0.05"/>
+        <geom contype="2" type="sphere" size="0.05"/>
         <body name="tip" pos="0 0 -0.3">
           <joint name="b" type="ball"/>
-          <geom type="sphere" size="0.05" pos="0.1 0 0"/>
+          <geom contype="2" type="sphere" size="0.05" pos="0.1 0 0"/>
         </body>
       </body>
     </body>
