@@ -421,8 +421,11 @@ def plane_mesh(a, b, dim):
     n, d = a["normal"], a["offset"]
     gaps = V @ n - d
     tie = _TIE * jax.lax.stop_gradient(M["radius"])
-    fourth = -jax.lax.top_k(-gaps, 4)[0][3]
-    idx = _spread(V @ _plane_frame(n).T, gaps, gaps <= fourth + tie, tie)
+    low, lowest = jax.lax.top_k(-gaps, 4)
+    tied = gaps <= tie - low[3]
+    # More than 4 vertices down to the fourth's height: the widest 4 of them; else the 4 lowest (the spread
+    # of 4 points can skip one inside the triangle of the others).
+    idx = jnp.where(jnp.sum(tied) > 4, _spread(V @ _plane_frame(n).T, gaps, tied, tie), lowest)
     gap = gaps[idx]
     return gap, jnp.broadcast_to(n, (4, 3)), V[idx] - 0.5 * gap[:, None] * n
 
