@@ -70,6 +70,7 @@ def test_all_pairs_four_balls_with_three_slots_is_the_paper_scene():
     assert slots(traj.q[-1]) == [("ball0", "ball1"), ("ball1", "ball2"), ("ball2", "ball3")]
 
 
+@pytest.mark.slow
 def test_pile_with_slots_equals_all_pairs_on_contact_sweeps():
     full, scene = _pile(None), _pile(24)
     nc_full, nc = full.system.ncontacts(full.state.q), scene.system.ncontacts(scene.state.q)
@@ -133,6 +134,7 @@ def test_per_slot_coefficients_follow_the_pairs():
     np.testing.assert_allclose(e, [0.0, 0.0, 0.0, 0.5])
 
 
+@pytest.mark.slow
 def test_gradient_through_the_broad_phase_matches_all_pairs():
     """d(final x of the last ball in the line)/d mu of P2, with and without the broad phase."""
 
