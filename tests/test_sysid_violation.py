@@ -10,6 +10,7 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 import jaxrbd as rbd
@@ -114,10 +115,19 @@ def test_four_balls_violation_loss_recovers_mu_with_exact_gradients():
         fd = (float(loss(mu + FD_EPS, data)) - float(loss(mu - FD_EPS, data))) / (2 * FD_EPS)
         assert float(grad(mu, data)) == pytest.approx(fd, rel=GRAD_RTOL)
 
-    def residuals(p, d):
-        return rbd.sysid.violation_residuals(balls(p["mu"]).system, d["q"], d["v"], dt=DT)
+    def scalar(p, d):
+        return rbd.sysid.violation_loss(balls(p["mu"]).system, d["q"], d["v"], dt=DT)
 
-    result = lm_fit(residuals, data, start=0.25)
+    result = rbd.sysid.fit(
+        scalar,
+        {"mu": 0.25},
+        data=data,
+        bounds={"mu": rbd.sysid.Positive()},
+        optimizer=optax.lbfgs(),
+        steps=30,
+        param_rtol=1e-10,
+        progress=False,
+    )
     assert abs(float(result.params["mu"]) - mu_true) / mu_true < FIT_RTOL, result.params
 
 
