@@ -5,13 +5,12 @@ import warnings
 
 import jax
 import jax.numpy as jnp
+import mujoco  # in the [test] extra: these tests compare with MuJoCo itself
 import numpy as np
 import pytest
 
 import jaxrbd as rbd
 from jaxrbd import _rotation as rot
-
-mujoco = pytest.importorskip("mujoco")
 
 # Same structure, same leaves up to MuJoCo's eigen-decomposition of the inertia (round-off).
 SAME_TOL = 1e-12
