@@ -159,16 +159,6 @@ def test_hull_faces_edges_and_mass_properties():
         assert np.all(d["vertices"] @ n.T - off <= 1e-12)
 
 
-def test_builder_gives_the_mesh_inertia_about_the_body_origin():
-    """A tetrahedron whose centroid is off its origin, placed so that the centroid is the body's origin."""
-    mesh = rbd.ConvexMesh(TETRA, position=-np.full(3, 0.05))
-    b = rbd.SceneBuilder()
-    b.add_static("floor", rbd.Plane())
-    b.add_body("tet", mesh, mass=3.0, position=(0.0, 0.0, 1.0))
-    scene = b.build()
-    np.testing.assert_allclose(scene.system.params.inertia[0], 3.0 * geometry.hull(TETRA)["inertia"], atol=EXACT)
-
-
 @pytest.mark.slow
 def test_builder_pads_meshes_of_different_sizes():
     """Meshes of 4, 10 and 14 vertices in one scene (padded to common counts): each pair's gaps equal the
@@ -358,16 +348,21 @@ def _assert_solved(traj):
 
 def test_mesh_rests_on_a_plane_and_on_a_box_without_creep():
     """A cube given as a mesh resting on a plane, a second on a box table, with friction: over 1 s at
-    h = 0.01 no body moves more than 1e-9 m and every step solves to 1e-8."""
+    h = 0.01 no body moves more than 1e-9 m and every step solves to 1e-8. The second cube's vertices are
+    off its shape origin: the builder's inertia is the Box's about the centroid."""
     h = 0.05
     b = rbd.SceneBuilder(mu=0.5, collide_bodies=False)
     b.add_static("floor", rbd.Plane())
     b.add_static("table", rbd.Box((0.3, 0.3, 0.05), position=(2.0, 0.0, 0.15)))
     b.add_body("on_floor", rbd.ConvexMesh(_SIGNS * h), mass=1.0, position=(0.0, 0.0, h))
-    b.add_body("on_table", rbd.ConvexMesh(_SIGNS * h), mass=1.0, position=(2.05, 0.03, 0.2 + h))
+    # Vertices off the shape's origin, the shape placed so that its centroid is the body's origin: the builder
+    # gives the inertia about the centroid.
+    off = np.array([0.3, -0.2, 0.1])
+    b.add_body("on_table", rbd.ConvexMesh(_SIGNS * h + off, position=-off), mass=1.0, position=(2.05, 0.03, 0.2 + h))
     b.exclude("on_floor", "table")
     b.exclude("on_table", "floor")
     scene = b.build()
+    np.testing.assert_allclose(scene.system.params.inertia[1], rbd.Box(h).inertia(1.0), atol=EXACT)
     traj = jax.jit(lambda s: rbd.simulate(scene.system, s, dt=H, steps=100))(scene.state)
     _assert_solved(traj)
     q = np.asarray(traj.q)
