@@ -33,6 +33,14 @@ def _solve_at(
     qhat of q+, the linearization f(qhat) + grad f(qhat) (q0 - qhat) of 003 §3.4.
     `impact` (an `Impact`) gives the Newton rows of the colliding contacts.
     """
+    bn = _normal_offsets(system, contacts, motion, dt, position_level, q0=q0, qhat=qhat, impact=impact)
+    prob = step_problem(cone, contacts, motion.M, J, motion.v_free, bn=bn, active=active)
+    sol = solve(prob.problem, solver=solver, z0=z0, grad_smoothing=smoothing)
+    return prob, sol, prob.velocity(sol.z)
+
+
+def _normal_offsets(system, contacts, motion, dt, position_level, *, q0=None, qhat=None, impact=None):
+    """(nc,) the offsets b_n of the normal rows: the gap at q0 over h (position level) or 0, Newton's where colliding."""
     f = contacts.gap
     if qhat is not None:  # grad f (q0 - qhat) = J_n G^+ (q0 - qhat): the displacement in velocity coordinates
         f = f + contacts.J_n @ jnp.linalg.lstsq(system.G(qhat), q0 - qhat)[0]
@@ -42,9 +50,7 @@ def _solve_at(
     if impact is not None and impact.colliding is not None:
         newton = impact.offset + jnp.minimum(f, 0.0) / dt if position_level else impact.offset
         bn = jnp.where(impact.colliding, newton, bn)
-    prob = step_problem(cone, contacts, motion.M, J, motion.v_free, bn=bn, active=active)
-    sol = solve(prob.problem, solver=solver, z0=z0, grad_smoothing=smoothing)
-    return prob, sol, prob.velocity(sol.z)
+    return bn
 
 
 def step_problem_at(system, state, dt, *, scheme, cone):
@@ -59,8 +65,7 @@ def step_problem_at(system, state, dt, *, scheme, cone):
     J = system.constraint_jacobian(q)
     motion = dynamics.free_motion(system, state.t, q, v, dt)
     active = step_active(system, contacts, q, v, dt, scheme.delta)
-    f = contacts.gap if motion.shift is None else contacts.gap + contacts.J_n @ motion.shift
-    bn = f / dt if scheme.position_level else jnp.zeros_like(f)
+    bn = _normal_offsets(system, contacts, motion, dt, scheme.position_level)
     return step_problem(cone, contacts, motion.M, J, motion.v_free, bn=bn, active=active), motion
 
 
