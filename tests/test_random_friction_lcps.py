@@ -4,7 +4,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import random_batch, solve_batch_lemke, solve_batch_ssn
 
 import jaxrbd as rbd
 
@@ -14,6 +13,30 @@ FLOAT32_TOL = 1e-5  # the default float32 tolerance of the solvers
 MODE_TOL = 1e-9
 CERTIFIED_RESIDUAL = 1e-10  # both solutions of a non-unique problem must be this exact
 DISTINCT = 1e-4  # ... and differ by far more than solver round-off
+
+
+def random_batch(n, seed=0, dtype=jnp.float64):
+    """n random friction LCPs (the acceptance distribution of issue 2), stacked."""
+    keys = jax.random.split(jax.random.PRNGKey(seed), n)
+    return jax.vmap(lambda k: rbd.random_friction_lcp(k, dtype=dtype))(keys)
+
+
+@jax.jit
+def solve_batch_ssn(A, b, z0):
+    return jax.vmap(lambda A, b, z0: rbd.solve_lcp(A, b, z0=z0))(A, b, z0)
+
+
+@jax.jit
+def solve_batch_lemke(A, b):
+    return jax.vmap(lambda A, b: rbd.solve_lcp(A, b, solver=rbd.Lemke()))(A, b)
+
+
+@pytest.fixture(scope="module")
+def batch100():
+    """100 random friction LCPs with their default-solver and Lemke solutions."""
+    probs = random_batch(100, seed=1)
+    A, b = probs.lcp.A, probs.lcp.b
+    return probs, solve_batch_ssn(A, b, jnp.zeros_like(b)), solve_batch_lemke(A, b)
 
 
 def _impulses(probs, z):
