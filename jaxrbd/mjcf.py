@@ -310,7 +310,9 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
       pairs of two bodies must give the same mu.
     - collision filter: contype/conaffinity, `<exclude>`, no contacts within a body
       or between a jointed parent and child (MuJoCo's filterparent). Geoms that
-      collide with nothing are left out; two bodies must collide with all or none of
+      collide with nothing are left out, except on a moving body none of whose
+      geoms collides: it carries its sphere, capsule, box and mesh geoms, with
+      every contact pair excluded. Two bodies must collide with all or none of
       their geom pairs.
     - gravity; the timestep as `scene.dt`; the initial state from qpos0 (zero
       velocity) or `keyframe` (a name or index: its qpos and qvel).
@@ -479,10 +481,18 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
     )
     layout = MjcfLayout(int(m.nq), int(m.nv), tuple(layout_bodies), static_poses)
     state_q, state_v = _state_of_mujoco(layout, jnp.asarray(qpos), jnp.asarray(qvel))
+    ghosts = []  # moving bodies none of whose geoms collide: they carry their geoms, and every pair is excluded
     for k, i in enumerate(moving):
         geoms = [g for g in live if m.geom_bodyid[g] == i]
         if not geoms:
-            refuse(f"body {body_name(i)!r} has no geom that collides; jaxrbd bodies need at least one shape")
+            own = [g for g in range(m.ngeom) if m.geom_bodyid[g] == i]
+            geoms = [g for g in own if _GEOM.get(int(m.geom_type[g])) in ("sphere", "capsule", "box", "mesh")]
+            if not geoms:
+                refuse(
+                    f"body {body_name(i)!r}: none of its geoms collides, and none is a sphere, capsule, box or mesh "
+                    f"that it could carry ({[geom_name(g) for g in own]}); jaxrbd bodies need at least one shape"
+                )
+            ghosts.append(names[k])
         ipos = np.array(m.body_ipos[i])
         shapes = []
         for g in geoms:
@@ -527,6 +537,9 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
         joint_of[j] = joint_name(j)
         if other is not None and not filterparent:
             b.include(body_name(i), other)
+    for ghost in ghosts:
+        for other in sorted(set(owner.values()) - {ghost}):
+            b.exclude(ghost, other)
     # Contacts: per jaxrbd pair, all of its geom pairs collide or none does.
     pairs = {}
     moves = {g: m.geom_bodyid[g] in moving for g in live}

@@ -137,7 +137,7 @@ def test_cube_on_incline_sticks_without_creep():
 
 @pytest.mark.parametrize(
     "heading, cone_factor",
-    [(0.0, 1.0), (math.pi / 8, math.cos(math.pi / 8))],
+    [(0.0, 1.0), pytest.param(math.pi / 8, math.cos(math.pi / 8), marks=pytest.mark.slow)],
     ids=["aligned", "half-way between directions"],
 )
 def test_cube_slides_down_the_incline(heading, cone_factor):
@@ -183,7 +183,9 @@ def test_polyhedral_bias_for_a_generic_misalignment_drifts_sideways():
     assert side > 1e-3
 
 
-@pytest.mark.parametrize("h", [0.01, 0.005, 0.0025])
+@pytest.mark.parametrize(
+    "h", [0.01, pytest.param(0.005, marks=pytest.mark.slow), pytest.param(0.0025, marks=pytest.mark.slow)]
+)
 def test_rolling_ball_slip_time_and_final_speed(h):
     """Sliding ball: slip ends at 2 v0 / (7 mu g) (to within h), then rolls at 5 v0 / 7 (exact)."""
     v0, mu, r = 1.0, 0.3, 0.1
@@ -199,6 +201,7 @@ def test_rolling_ball_slip_time_and_final_speed(h):
     np.testing.assert_allclose(v[-1], [5 * v0 / 7, 0, 0], atol=1e-12)
 
 
+@pytest.mark.slow
 def test_rolling_ball_spin_gradient_is_exact_at_zero_spin():
     """d(final speed)/d(initial spin) at exactly zero spin: finite, and 2 r / 7 exactly.
 
@@ -231,6 +234,7 @@ def test_quaternions_stay_unit_over_ten_thousand_steps():
     assert np.abs(w[:, 0]).max() > 1.0  # the middle axis is unstable: the gyroscopic term acts
 
 
+@pytest.mark.slow
 def test_vmap_over_mu_equals_the_loop():
     mus = jnp.array([0.1, 0.3, 0.7])
 

@@ -100,6 +100,7 @@ def test_selection_is_the_nearest_pairs_by_bounding_spheres():
         np.testing.assert_allclose(gap, np.linalg.norm(x[a] - x[b]) - 0.2, atol=1e-12)
 
 
+@pytest.mark.slow
 def test_overflow_counts_the_near_pairs_left_without_a_slot():
     """With 4 slots and a 5 cm distance, every other pair of the pile within 5 cm is counted."""
     scene = _pile(rbd.BroadPhase(slots=4, distance=0.05))

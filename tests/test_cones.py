@@ -106,6 +106,7 @@ def test_elliptic_cone_is_exact_in_every_direction():
     assert float(jnp.max(residual)) <= RESIDUAL_TOL
 
 
+@pytest.mark.slow
 def test_polyhedral_cone_bias_in_direction():
     """PolyhedralCone(8): the friction of a sliding cube is the octagon vertex nearest -v.
 
@@ -126,7 +127,7 @@ def test_polyhedral_cone_bias_in_direction():
     assert float(jnp.max(residual)) <= RESIDUAL_TOL
 
 
-@pytest.mark.parametrize("axis", [0, 1])
+@pytest.mark.parametrize("axis", [0, pytest.param(1, marks=pytest.mark.slow)])
 def test_skate_anisotropy(axis):
     """The skate decelerates at mu_along g along its blade (x) and mu_across g across it (y)."""
     velocity = [0.0, 0.0, 0.0]
@@ -140,6 +141,7 @@ def test_skate_anisotropy(axis):
     assert float(jnp.max(traj.stats.residual)) <= RESIDUAL_TOL
 
 
+@pytest.mark.slow
 def test_p3_gradient_matches_exact_derivative():
     """omega_z(0.5) = 1.962 - (5 g e_r mu / 2) 0.5: d/dmu = -(5 g e_r / 2) 0.5, d/de_r = -(5 g mu / 2) 0.5."""
     f = lambda mu, e_r: _spin(mu, e_r, friction="exact", dt=0.05, steps=10).v[-1, 5]
@@ -149,7 +151,7 @@ def test_p3_gradient_matches_exact_derivative():
     np.testing.assert_allclose(d_er, -2.5 * G * 0.2 * 0.5, rtol=EXACT_RTOL)
 
 
-@pytest.mark.parametrize("case", ["apex", "zero_slip"])
+@pytest.mark.parametrize("case", [pytest.param("apex", marks=pytest.mark.slow), "zero_slip"])
 def test_smooth_cone_gradients_finite_at_degenerate_points(case):
     """At the cone apex (a contact with c_n = 0) and at zero slip (sticking), gradients are finite."""
 
@@ -176,6 +178,7 @@ def _stop_distance(mu, v0, dt, steps):
 _stop_grad = jax.jit(jax.value_and_grad(_stop_distance, argnums=(0, 1)), static_argnums=(2, 3))
 
 
+@pytest.mark.slow
 def test_stopping_distance_gradients():
     """d/dmu and d/dv0 of the stopping distance: exact for the scheme, central differences, and O(h) to v0^2/(2 mu g).
 
@@ -286,6 +289,7 @@ def test_p4_sphere_in_seam(seam):
     assert abs(contact_lost(fine) - 3.6) <= 0.15
 
 
+@pytest.mark.slow
 def test_p4_velocity_level_scheme_penetrates_and_bounces_across_the_seam():
     """002's linearized "Stewart method" at h = 0.1: growing penetration, contacts that break and come back.
 
@@ -319,6 +323,7 @@ def test_p4_velocity_level_scheme_penetrates_and_bounces_across_the_seam():
     assert 2.9 <= lost <= 3.7  # the paper: about 3.6
 
 
+@pytest.mark.slow
 def test_smooth_cones_with_other_schemes_and_impact_laws():
     """Anitescu-Potra with the soft-finger cone keeps the exact P3 slope; Poisson and Newton work with EllipticCone."""
     traj = rbd.simulate(*rbd.scenes.spinning_sphere(), dt=0.07, steps=5, scheme=rbd.AnitescuPotra(delta=1e-3))
@@ -347,6 +352,7 @@ def _three_spinning_balls(per_pair):
     return b.build()
 
 
+@pytest.mark.slow
 def test_cone_per_contact():
     """set_pair(friction=...): each contact follows its own cone, exactly as in a scene of that cone alone."""
     scene = _three_spinning_balls(per_pair=True)

@@ -3,6 +3,7 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import jaxrbd as rbd
 
@@ -47,6 +48,7 @@ def test_gradients_match_finite_differences_ssn():
         _check_grads(rbd.SemismoothNewton(), seed)
 
 
+@pytest.mark.slow
 def test_gradients_match_finite_differences_lemke():
     _check_grads(rbd.Lemke(), 0)
 

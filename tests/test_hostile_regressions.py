@@ -17,6 +17,7 @@ from test_hostile import ENERGY_RTOL, GAP_ROUNDOFF, Draw, G, H, run_and_check
 import jaxrbd as rbd
 
 
+@pytest.mark.slow
 def test_contact_sweeps_reports_convergence_of_a_ball_in_flight():
     """A ball in free flight, 0.9 m above the ground and moving sideways: nothing to solve.
 
@@ -78,6 +79,7 @@ def test_stewart_trinkle_converges_for_a_heavy_box_landing_beside_a_ball():
     assert bool(stats.converged[0]), f"residual {float(stats.residual[0]):.3g}"
 
 
+@pytest.mark.slow
 def test_stewart_trinkle_converges_with_three_bodies_far_apart():
     """A 1.1 g capsule touching the ground, an 11 g ball rolling 2 m away, a 1 kg box rising 3 m away.
 
@@ -159,6 +161,7 @@ def test_heavy_spinning_ball_on_a_light_box_converges(scheme):
     assert np.all(residual <= 1e-10 * scale), residual / scale
 
 
+@pytest.mark.slow
 def test_tilting_capsule_on_a_parallel_one_stays_within_the_second_order_bound():
     """Two parallel capsules, one resting on the other, the upper one tilting at 5 rad/s.
 
@@ -191,6 +194,7 @@ def test_tilting_capsule_on_a_parallel_one_stays_within_the_second_order_bound()
     assert depth <= bound, f"penetration {depth:.3g} m, second-order bound {bound:.3g} m"
 
 
+@pytest.mark.slow
 def test_contact_sweeps_solve_a_heavy_ball_on_a_light_one():
     """A 50 kg ball resting on a 2.5 g ball on the ground, `ContactSweeps` with Anitescu-Potra.
 

@@ -44,6 +44,7 @@ def _apexes(z, vz):
     return z[i + 1]
 
 
+@pytest.mark.slow
 def test_bouncing_ball_apex_ratio_converges_like_h():
     errors = []
     for h in (0.004, 0.002, 0.001):

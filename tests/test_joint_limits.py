@@ -180,6 +180,7 @@ def _controller(t, state):
     return jnp.stack([0.3 * jnp.sin(8.0 * t) - 0.05 * state.v[ARM_SPIN], push, 0.2 * jnp.cos(3.0 * t)])
 
 
+@pytest.mark.slow
 def test_a_replayed_log_reproduces_the_controller_trajectory():
     scene = _scene(LENGTH, G)
     traj = jax.jit(lambda s: rbd.simulate(*s, dt=H, steps=STEPS, controls=_controller))(scene)

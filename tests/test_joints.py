@@ -71,7 +71,15 @@ def test_pendulum_period_converges_to_the_exact_one():
     assert all(e <= h for e, h in zip(errors, (0.01, 0.005, 0.0025), strict=True))
 
 
-@pytest.mark.parametrize("law", [rbd.Newton(), rbd.Poisson(), rbd.Poisson(expedient=True)], ids=repr)
+@pytest.mark.parametrize(
+    "law",
+    [
+        rbd.Newton(),
+        pytest.param(rbd.Poisson(), marks=pytest.mark.slow),
+        pytest.param(rbd.Poisson(expedient=True), marks=pytest.mark.slow),
+    ],
+    ids=repr,
+)
 def test_pendulum_strikes_the_wall_and_rebounds_with_e(law):
     e, theta0, h = 0.5, 0.3, 1e-3
     traj = rbd.simulate(

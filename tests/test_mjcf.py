@@ -259,6 +259,30 @@ def test_contype_conaffinity_and_exclude_are_respected():
             assert (d.ncon > 0) == (names in pairs), names
 
 
+GHOST_XML = """
+<mujoco>
+  <worldbody>
+    <geom name="floor" type="plane" size="5 5 0.1"/>
+    <body name="ball" pos="0 0 1"><freejoint/><geom type="sphere" size="0.1"/></body>
+    <body name="arm" pos="2 0 1">
+      <joint type="hinge" axis="1 0 0"/>
+      <geom type="capsule" fromto="0 0 0 0 0 -0.3" size="0.03" mass="0.7" contype="0" conaffinity="0"/>
+    </body>
+  </worldbody>
+</mujoco>
+"""
+
+
+def test_a_body_whose_geoms_collide_with_nothing_carries_them_without_contacts():
+    m = mujoco.MjModel.from_xml_string(GHOST_XML)
+    with pytest.warns(UserWarning, match="collide with nothing"):
+        scene = rbd.load_mjcf(GHOST_XML)
+    assert scene.bodies.names == ("ball", "arm")
+    assert all("arm" not in pair for pair in scene.bodies.pair_names)
+    assert {frozenset(p) for p in scene.bodies.pair_names} == {frozenset(("ball", "floor"))}
+    np.testing.assert_allclose(scene.system.params.mass, m.body_mass[1:], rtol=0, atol=SAME_TOL)
+
+
 def test_missing_mujoco_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "mujoco", None)
     with pytest.raises(ImportError, match=r"pip install jaxrbd\[mjcf\]"):

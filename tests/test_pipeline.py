@@ -124,6 +124,7 @@ def test_the_record_agrees_with_the_single_questions():
 # --- One dynamics for every step solver --------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_custom_external_force_is_the_same_on_both_step_solvers():
     """A constant horizontal push on a sphere_grid: the dense step and ContactSweeps agree to 1e-9."""
     system, state = rbd.scenes.sphere_grid(4, mu=0.3)

@@ -142,6 +142,7 @@ def _final_orientation(w0, inertia):
     return rbd.simulate(system, state, dt=0.01, steps=20).q[-1, 3:7]
 
 
+@pytest.mark.slow
 def test_rotation_gradients_match_central_differences():
     """d(final quaternion)/d(w0, inertia) through 20 energy-momentum steps against central differences (float64)."""
     w0 = jnp.array([0.3, 4.0, 1.0])
@@ -156,7 +157,10 @@ def test_rotation_gradients_match_central_differences():
     assert np.all(np.isfinite(np.asarray(jax.grad(f, argnums=(0, 1))(jnp.zeros(3), inertia)[0])))
 
 
-@pytest.mark.parametrize("scheme, law", [(rbd.AnitescuPotra(delta=1e-3), None), (rbd.StewartTrinkle(), rbd.Poisson())])
+@pytest.mark.parametrize(
+    "scheme, law",
+    [(rbd.AnitescuPotra(delta=1e-3), None), pytest.param(rbd.StewartTrinkle(), rbd.Poisson(), marks=pytest.mark.slow)],
+)
 def test_tumbling_bodies_landing_never_gain_energy(scheme, law):
     """A spinning box and capsule thrown onto a table: contact in the metric M(q0) and the turn about w+ add no energy."""
     builder = rbd.SceneBuilder(mu=0.5, restitution=0.5 if law is not None else 0.0)

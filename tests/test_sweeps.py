@@ -88,12 +88,14 @@ def test_sphere_grid_matches_the_dense_step(rollout):
     np.testing.assert_allclose(traj.q[-1, 2::7], 0.1, atol=1e-12)  # at rest on the table
 
 
+@pytest.mark.slow
 def test_four_balls_match_the_dense_step(rollout):
     """P2: seven contacts that share balls (several colours, 100 sweeps per step)."""
     traj = _agree(rollout, rbd.scenes.four_balls(), 0.005, 200, 1e-9)
     assert float(traj.q[-1, 7]) > 1.0  # the struck ball has moved in +x
 
 
+@pytest.mark.slow
 def test_cube_on_incline_does_not_creep(rollout):
     """mu > tan(theta), started at rest: less than 1e-10 m in 10 s (h = 0.01)."""
     scene = rbd.scenes.block_on_incline(math.radians(30.0), 0.8)
@@ -113,6 +115,7 @@ def test_cube_slides_with_the_exact_acceleration(rollout):
     np.testing.assert_allclose(np.diff(speed) / h, exact, rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_custom_directions_use_the_local_newton(rollout):
     """Directions that are not a regular polygon: local semismooth Newton, same answer as dense."""
     directions = np.array([[1.0, 0.0], [0.3, 1.0], [-1.0, 0.2], [-0.2, -1.0], [0.8, -0.6]])

@@ -99,6 +99,7 @@ def _spin(e_r):
     return rbd.simulate(*rbd.scenes.spinning_sphere(e_r=e_r), dt=0.05, steps=16).v[:, 5:6]
 
 
+@pytest.mark.slow
 def test_fit_torsional_friction_of_spinning_sphere():
     """From noisy spin measurements of P3, e_r = 0.4 within 1%."""
     observed = _noisy(_spin(0.4), seed=3)
