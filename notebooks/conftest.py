@@ -1,8 +1,9 @@
-"""Notebook collection: the ones that reproduce papers at full scale run with the slow set (`pytest -m slow`)."""
+"""Notebook collection: the costliest notebooks (the paper reproductions at full scale, and the MJCF models
+stepped beside MuJoCo with a fit) run with the slow set (`pytest -m slow`, which CI runs too)."""
 
 import pytest
 
-SLOW_NOTEBOOKS = ("02_paper_reproductions.ipynb",)
+SLOW_NOTEBOOKS = ("02_paper_reproductions.ipynb", "07_models.ipynb")
 
 
 @pytest.hookimpl(tryfirst=True)
