@@ -410,6 +410,10 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
     )
     ignore("margin/gap of geoms", [geom_name(g) for g in live if m.geom_margin[g] or m.geom_gap[g]])
     ignore("condim > 3 (torsional, rolling friction) of geoms", [geom_name(g) for g in live if m.geom_condim[g] > 3])
+    ignore(
+        "the hollows of non-convex mesh geoms (collided as their convex hull, as MuJoCo does)",
+        [geom_name(g) for g in live if m.geom_type[g] == 7 and _inner_vertices(_mesh_vertices(m, g))],
+    )
     passive = [
         joint_name(j)
         for j in range(m.njnt)
@@ -601,7 +605,21 @@ def _shape(m, g, pos, quat, static=False, normal=None):
     if kind == "capsule":
         return Capsule(float(size[0]), float(size[1]), **pose)
     if kind == "mesh":  # MuJoCo collides a mesh as its convex hull, which is what a ConvexMesh is
-        mesh = m.geom_dataid[g]
-        start, n = m.mesh_vertadr[mesh], m.mesh_vertnum[mesh]
-        return ConvexMesh(np.array(m.mesh_vert[start : start + n], float), **pose)
+        return ConvexMesh(_mesh_vertices(m, g), **pose)
     return Box(tuple(map(float, size[:3])), **pose)
+
+
+def _mesh_vertices(m, g):
+    """(n, 3) vertices of mesh geom g in its own frame."""
+    mesh = m.geom_dataid[g]
+    start, n = m.mesh_vertadr[mesh], m.mesh_vertnum[mesh]
+    return np.array(m.mesh_vert[start : start + n], float)
+
+
+def _inner_vertices(vertices):
+    """How many vertices lie strictly inside their convex hull (0 for a convex mesh)."""
+    from scipy.spatial import ConvexHull
+
+    eq = ConvexHull(vertices).equations  # n . x + d <= 0 inside
+    size = np.max(np.linalg.norm(vertices - vertices.mean(0), axis=1))
+    return int(np.sum(np.max(vertices @ eq[:, :3].T + eq[:, 3], axis=1) < -1e-9 * size))

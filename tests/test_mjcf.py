@@ -296,8 +296,9 @@ MESH_XML = """<mujoco><asset><mesh name="tet" vertex="0 0 0 1 0 0 0 1 0 0 0 1 0.
 
 
 def test_mesh_geom_is_its_convex_hull_where_mujoco_puts_it():
-    """MuJoCo collides a mesh as its convex hull: a ConvexMesh with the same world vertices."""
-    scene = rbd.load_mjcf(MESH_XML)
+    """MuJoCo collides a mesh as its convex hull: a ConvexMesh with the same world vertices; a warning names the mesh."""
+    with pytest.warns(UserWarning, match=r"non-convex mesh geoms .*\['rockgeom'\]"):
+        scene = rbd.load_mjcf(MESH_XML)
     m = mujoco.MjModel.from_xml_string(MESH_XML)
     d = mujoco.MjData(m)
     mujoco.mj_kinematics(m, d)
