@@ -617,9 +617,13 @@ def _mesh_vertices(m, g):
 
 
 def _inner_vertices(vertices):
-    """How many vertices lie strictly inside their convex hull (0 for a convex mesh)."""
-    from scipy.spatial import ConvexHull
+    """How many vertices lie strictly inside their convex hull (0 for a convex mesh, or one spanning no solid,
+    which `ConvexMesh` refuses with its own error)."""
+    from scipy.spatial import ConvexHull, QhullError
 
-    eq = ConvexHull(vertices).equations  # n . x + d <= 0 inside
+    try:
+        eq = ConvexHull(vertices).equations  # n . x + d <= 0 inside
+    except (QhullError, ValueError):
+        return 0
     size = np.max(np.linalg.norm(vertices - vertices.mean(0), axis=1))
     return int(np.sum(np.max(vertices @ eq[:, :3].T + eq[:, 3], axis=1) < -1e-9 * size))
