@@ -67,8 +67,9 @@ QUAT_TOL = 1e-12  # | |quaternion| - 1 |
 GAP_ROUNDOFF = 1e-12  # metres: round-off of a gap and the solver's tolerance on the normal rows
 FAST_EXAMPLES = 5  # per scheme, in the default run
 SLOW_EXAMPLES = 20  # per scheme, in the slow set: every structure, with gradients
-# The slow set's schemes: each takes about 10 minutes of one core (seven structures' gradient programs);
-# Stewart-Trinkle's profile runs with the long one (benchmarks/hostile_findings.py) until CI has the time.
+# The slow set's schemes: each takes about 10 minutes of one core (seven structures' gradient programs).
+# Stewart-Trinkle's profile finds an open defect (a non-finite mass gradient on a `mixed6` draw with
+# subnormal mu), so it runs from benchmarks/hostile_findings.py until that is fixed.
 SLOW_SCHEMES = ("anitescu_potra", "poisson")
 LONG_EXAMPLES = 100  # per scheme, in the long profile (benchmarks/hostile_findings.py)
 LONG_RUN_EXAMPLES = 2  # per scheme, slow: LONG_RUN_STEPS steps each
