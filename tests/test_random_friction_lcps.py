@@ -185,3 +185,29 @@ def test_float32_residuals():
     scale = np.abs(A).max(axis=(-1, -2)) * np.abs(z).max(axis=-1) + np.abs(b).max(axis=-1)
     bound = tol + 4 * np.finfo(np.float32).eps * np.asarray(scale)
     assert np.all(res64[converged] <= bound[converged]), (res64 - bound)[converged].max()
+
+
+def test_slow_lanes_of_a_batch_go_on_alone(batch100):
+    """Under vmap every lane gets `lane_iterations` Newton steps, and the lanes still open go on
+    `lane_chunk` at a time (`SemismoothNewton.run_lanes`): with 1 step and 7 lanes per pass, most
+    of the 100 cold starts take several passes, and each ends as the batch and the loop do."""
+    probs, cold, _ = batch100
+    A, b = probs.lcp.A, probs.lcp.b
+    solver = rbd.SemismoothNewton(lane_iterations=1, lane_chunk=7)
+    sol = jax.jit(jax.vmap(lambda A, b: rbd.solve_lcp(A, b, solver=solver)))(A, b)
+    assert int((sol.iterations > 1).sum()) > 3 * 7  # several passes ran
+    np.testing.assert_array_equal(np.asarray(sol.converged), np.asarray(cold.converged))
+    assert bool(sol.converged.all()) and float(sol.residual.max()) <= RESIDUAL_TOL
+    _check_impulses(probs, sol, cold)
+    # A batch of batches, and a batch whose b is shared by every lane.
+    nested = jax.jit(jax.vmap(jax.vmap(lambda A, b: rbd.solve_lcp(A, b, solver=solver))))(
+        A[:20].reshape(4, 5, *A.shape[1:]), b[:20].reshape(4, 5, -1)
+    )
+    np.testing.assert_array_equal(np.asarray(nested.converged).ravel(), np.asarray(cold.converged[:20]))
+    assert float(nested.residual.max()) <= RESIDUAL_TOL
+    # Another problem's b need not have a solution: those lanes fail as they fail alone.
+    shared = jax.jit(jax.vmap(lambda A: rbd.solve_lcp(A, b[0], solver=solver)))(A[:10])
+    loop = [rbd.solve_lcp(A[i], b[0]) for i in range(10)]
+    np.testing.assert_array_equal(np.asarray(shared.status), [int(s.status) for s in loop])
+    solved = np.asarray(shared.converged)
+    assert solved.any() and float(shared.residual[solved].max()) <= RESIDUAL_TOL

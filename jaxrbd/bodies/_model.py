@@ -661,6 +661,7 @@ class _Method:
 
 
 MIDPOINT_ITERATIONS = 12
+ROUND_OFF = 4  # a body's damped steps stop at |r| <= ROUND_OFF eps |L|
 LINE_SEARCH = 8
 SUBSTEPS = 8
 
@@ -668,7 +669,8 @@ SUBSTEPS = 8
 def midpoint_rate(inertia, L, h):
     """((..., 3) W, (...,) solved): the midpoint rate of the energy-momentum step, I W + (h/2) W x (I W) = L.
 
-    Damped Newton from W = I^-1 L: `MIDPOINT_ITERATIONS` steps, each the longest
+    Damped Newton from W = I^-1 L: at most `MIDPOINT_ITERATIONS` steps (none for a
+    body whose residual is round-off, `ROUND_OFF`), each the longest
     of 1, 1/2, ..., 2^-(LINE_SEARCH - 1) that decreases |r| (all trials evaluated
     at once), outside the autodiff graph; then one differentiable Newton step at
     the root, whose derivative is the implicit-function derivative -J^-1 dr/dtheta.
@@ -699,12 +701,26 @@ def midpoint_rate(inertia, L, h):
         step = jnp.where(jnp.any(better, -1), steps[first], 0.0)
         return W + step[..., None] * d
 
-    W = _solve3(inertia_c, L_c)
-    W = jax.lax.fori_loop(0, MIDPOINT_ITERATIONS, damped, W)
+    eps, tiny = jnp.finfo(L.dtype).eps, jnp.finfo(L.dtype).tiny
+    size = jnp.linalg.norm(L_c, axis=-1)
+
+    def open_(W):  # bodies whose residual is above round-off
+        return jnp.linalg.norm(residual(W, inertia_c, L_c), axis=-1) > ROUND_OFF * eps * size + tiny
+
+    def going(c):
+        k, W = c
+        return (k < MIDPOINT_ITERATIONS) & jnp.any(open_(W))
+
+    def step(c):
+        k, W = c
+        return k + 1, jnp.where(open_(W)[..., None], damped(k, W), W)
+
+    # From W = I^-1 L, exact for a body with equal principal moments (a sphere, a
+    # cube): no damped step at all then.
+    _, W = jax.lax.while_loop(going, step, (jnp.array(0), _solve3(inertia_c, L_c)))
     W = W + direction(W, inertia, L)  # differentiable at the root
     error = jnp.linalg.norm(residual(W, inertia_c, L_c), axis=-1)
-    eps = jnp.finfo(L.dtype).eps
-    return W, error <= 1e3 * eps * jnp.linalg.norm(L_c, axis=-1) + jnp.finfo(L.dtype).tiny
+    return W, error <= 1e3 * eps * size + tiny
 
 
 def _rotate(quat, inertia, L, h, substeps):

@@ -37,11 +37,13 @@ def row_scale(J):
 
 
 class NewtonResult(eqx.Module):
-    """Where a Newton run stopped: z, its natural residual and the iterations it took."""
+    """Where a Newton run stopped: z, its natural residual, the iterations it took, and
+    whether it stopped only at the iteration bound (`capped`: it would have gone on)."""
 
     z: jax.Array
     residual: jax.Array
     iterations: jax.Array
+    capped: jax.Array
 
 
 def newton_solve(problem, z0, s, *, tol, iterations, line_search_steps, regularization, run=True):
@@ -77,6 +79,8 @@ def newton_solve(problem, z0, s, *, tol, iterations, line_search_steps, regulari
     Returns:
         A `NewtonResult`.
     """
+    # Under `vmap` (`SemismoothNewton.run_lanes`) a small bound with `capped` hands
+    # the few slow lanes to a second pass instead of holding the whole batch.
     n = z0.shape[-1]
     free = jnp.arange(n) < problem.n_free
     eye = jnp.eye(n, dtype=z0.dtype)
@@ -129,9 +133,12 @@ def newton_solve(problem, z0, s, *, tol, iterations, line_search_steps, regulari
     # polish) takes a converging iterate or a good warm start down to round-off.
     quiet = min(tol, max(QUIET * tol, 4 * float(jnp.finfo(z0.dtype).eps)))
 
+    def going(c):
+        _, _, _, _, res, _, moving, polished = c
+        return moving & ~(res <= quiet) & ~((res <= tol) & polished)
+
     def cond(c):
-        _, _, _, _, res, k, moving, polished = c
-        return moving & (k < iterations) & ~(res <= quiet) & ~((res <= tol) & polished)
+        return going(c) & (c[5] < iterations)
 
     def body(c):
         z, phi, w, psi, res, k, _, _ = c
@@ -155,5 +162,6 @@ def newton_solve(problem, z0, s, *, tol, iterations, line_search_steps, regulari
 
     phi, w, psi, res = evaluate(z0)
     init = (z0, phi, w, psi, res, jnp.array(0), jnp.asarray(run), jnp.array(False))
-    z, _, _, _, res, k, _, _ = lax.while_loop(cond, body, init)
-    return NewtonResult(z, res, k)
+    final = lax.while_loop(cond, body, init)
+    z, _, _, _, res, k, _, _ = final
+    return NewtonResult(z, res, k, going(final))

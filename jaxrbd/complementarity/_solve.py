@@ -1,5 +1,7 @@
 """The entry points `solve_lcp` and `solve_ncp`, with input checks and a typed solution."""
 
+import functools
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -8,7 +10,7 @@ import numpy as np
 from .._problems import LCP, NCP, natural_residual
 from .._validate import check_value
 from ._implicit import implicit_solve
-from ._solvers import SemismoothNewton, Solver, within_tolerance
+from ._solvers import SemismoothNewton, Solver, run_batched, within_tolerance
 from ._status import Status
 
 
@@ -91,7 +93,7 @@ def _solve_checked(problem, solver, z0, grad_smoothing):
     scalars in its args), the solver and `grad_smoothing`. Inside the caller's
     `jit`, `vmap` or `grad` the call is traced into the caller's program.
     """
-    raw = implicit_solve(solver.run, problem, jax.lax.stop_gradient(z0), grad_smoothing)
+    raw = implicit_solve(functools.partial(run_batched, solver), problem, jax.lax.stop_gradient(z0), grad_smoothing)
     return _finish(problem, raw, solver)
 
 

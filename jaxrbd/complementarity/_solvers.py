@@ -93,6 +93,61 @@ class Solver(eqx.Module):
     def run(self, problem, z0) -> RawSolution:
         """Solve `problem` (an `LCP` or `NCP`) from z0; never differentiated."""
 
+    def run_lanes(self, lanes) -> RawSolution:
+        """Solve a batch of problems (`Lanes`): what `run` becomes under `vmap` (see `run_batched`).
+
+        The default maps `run` over the lanes.
+        """
+        return lanes.map(self.run)
+
+
+class Lanes:
+    """A batch of (problem, z0) under `vmap`: the arrays, which of them carry the batch axis, and the rest.
+
+    `map(f, *extra)` maps f(problem, z0, *extra) over the lanes (the extra arrays
+    batched along their first axis); `take(idx)` is the batch of the lanes idx.
+    """
+
+    def __init__(self, size, dynamic, batched, static):
+        self.size, self.dynamic, self.batched, self.static = size, dynamic, batched, static
+
+    def map(self, f, *extra):
+        in_axes = jax.tree_util.tree_map(lambda b: 0 if b else None, self.batched)
+        call = lambda dynamic, *args: f(*eqx.combine(dynamic, self.static), *args)
+        return jax.vmap(call, in_axes=(in_axes,) + (0,) * len(extra))(self.dynamic, *extra)
+
+    def take(self, idx):
+        dynamic = jax.tree_util.tree_map(lambda x, b: x[idx] if b else x, self.dynamic, self.batched)
+        return Lanes(idx.shape[0], dynamic, self.batched, self.static)
+
+
+def run_batched(solver, problem, z0):
+    """`solver.run(problem, z0)`, which under `vmap` becomes `solver.run_lanes` on the whole batch.
+
+    A `jax.custom_batching.custom_vmap`: a solver can then give the lanes that
+    need more work a pass of their own, instead of a batched loop in which every
+    lane waits for the slowest (`SemismoothNewton.run_lanes`).
+    """
+    dynamic, static = eqx.partition((problem, z0), eqx.is_array)
+
+    @jax.custom_batching.custom_vmap
+    def call(dynamic):
+        return solver.run(*eqx.combine(dynamic, static))
+
+    @call.def_vmap
+    def _rule(axis_size, in_batched, dynamic):
+        batched = in_batched[0]
+        raw = solver.run_lanes(Lanes(axis_size, dynamic, batched, static))
+        # The batch keeps the dtypes of one lane's result (custom_vmap checks them).
+        lane = jax.tree_util.tree_map(
+            lambda x, b: jax.ShapeDtypeStruct(x.shape[1:], x.dtype) if b else x, dynamic, batched
+        )
+        one = jax.eval_shape(call.fun, lane)
+        raw = jax.tree_util.tree_map(lambda x, like: x.astype(like.dtype), raw, one)
+        return raw, jax.tree_util.tree_map(lambda _: True, raw)
+
+    return call(dynamic)
+
 
 class Lemke(Solver):
     """Lemke's complementary pivoting method (003 §4), the exact reference solver.
@@ -201,6 +256,9 @@ class SemismoothNewton(Solver):
         regularization: factor of the Levenberg-Marquardt term (> 0).
         fallback: use Lemke on the lanes that did not converge (LCPs only).
         tol: convergence tolerance on the natural residual (default by dtype).
+        lane_iterations: under `vmap`, the Newton steps every lane gets before the
+            lanes still open go on alone (`run_lanes`).
+        lane_chunk: under `vmap`, how many open lanes go on together.
     """
 
     iterations: int = eqx.field(static=True, default=30)
@@ -208,9 +266,11 @@ class SemismoothNewton(Solver):
     regularization: float = eqx.field(static=True, default=1e-4)
     fallback: bool = eqx.field(static=True, default=True)
     tol: float | None = eqx.field(static=True, default=None)
+    lane_iterations: int = eqx.field(static=True, default=4)
+    lane_chunk: int = eqx.field(static=True, default=16)
 
     def __check_init__(self):
-        for name in ("iterations", "line_search_steps"):
+        for name in ("iterations", "line_search_steps", "lane_iterations", "lane_chunk"):
             value = getattr(self, name)
             if not _is_count(value, 1):
                 raise ValueError(f"SemismoothNewton: {name} must be a positive integer, got {value!r}")
@@ -250,6 +310,63 @@ class SemismoothNewton(Solver):
         # A real branch for one problem; under `vmap` both run, and the loops of
         # `recover` make no step for the converged lanes.
         return lax.cond(jnp.any(failed), recover, lambda _: done, None)
+
+    def run_lanes(self, lanes):
+        """The batch: `lane_iterations` Newton steps on every lane, then `run` on the rest, a few lanes at a time.
+
+        Every lane starts from its warm start with at most `lane_iterations` steps
+        (a batched loop that ends when every lane converged or reached the bound).
+        The lanes that did not converge go on, `lane_chunk` at a time, with the whole
+        of `run` (Newton from where they stopped, the cold restart, Lemke), in a loop
+        that makes no trip when every lane converged: the batch does not wait for its
+        slowest lane at every Newton step, and the recovery does not run for lanes
+        that need none.
+        """
+        tol = self.tolerance(lanes.dynamic[1].dtype)
+
+        def first(problem, z0):
+            s = row_scale(problem.jac(jnp.zeros_like(z0)))
+            return newton_solve(
+                problem,
+                z0,
+                s,
+                tol=tol,
+                iterations=min(self.lane_iterations, self.iterations),
+                line_search_steps=self.line_search_steps,
+                regularization=self.regularization,
+            )
+
+        warm = lanes.map(first)
+        size = lanes.size
+        open_ = warm.capped | ~(warm.residual <= tol)
+        count = jnp.sum(open_)
+        chunk = min(size, self.lane_chunk)
+        order = jnp.argsort(~open_, stable=True)  # the open lanes first
+        spare = order[size - 1]  # a converged lane, if any, fills the slots past the open ones
+
+        def body(c):
+            i, raw = c
+            position = i * chunk + jnp.arange(chunk)
+            valid = position < count
+            idx = jnp.where(valid, order[jnp.minimum(position, size - 1)], spare)
+            more = lanes.take(idx).map(lambda problem, _, z: self.run(problem, z), raw.z[idx])
+            target = jnp.where(valid, idx, size)  # out of range: dropped
+            put = lambda x, y: x.at[target].set(y.astype(x.dtype), mode="drop")
+            return i + 1, RawSolution(
+                put(raw.z, more.z),
+                put(raw.status, more.status),
+                put(raw.iterations, raw.iterations[idx] + more.iterations),
+                put(raw.fallback, more.fallback),
+            )
+
+        start = RawSolution(
+            warm.z,
+            jnp.full((size,), Status.SUCCESS, jnp.int32),
+            warm.iterations,
+            jnp.zeros((size,), bool),
+        )
+        _, raw = lax.while_loop(lambda c: c[0] * chunk < count, body, (jnp.array(0), start))
+        return raw
 
 
 def _lemke_fallback(problem, raw):
