@@ -189,8 +189,9 @@ def test_float32_residuals():
 
 def test_slow_lanes_of_a_batch_go_on_alone(batch100):
     """Under vmap every lane gets `lane_iterations` Newton steps, and the lanes still open go on
-    `lane_chunk` at a time (`SemismoothNewton.run_lanes`): with 1 step and 7 lanes per pass, most
-    of the 100 cold starts take several passes, and each ends as the batch and the loop do."""
+    `lane_chunk` at a time, in blocks of `lane_block` lanes (`SemismoothNewton.run_lanes`): with 1
+    step and 7 lanes per pass, most of the 100 cold starts (4 blocks of 32, the last one filled up)
+    take several passes, and each ends as the batch and the loop do."""
     probs, cold, _ = batch100
     A, b = probs.lcp.A, probs.lcp.b
     solver = rbd.SemismoothNewton(lane_iterations=1, lane_chunk=7)

