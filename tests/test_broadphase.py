@@ -51,6 +51,7 @@ def _run_pile(system, state):
     return rbd.simulate(system, state, dt=0.01, steps=60, solver=rbd.ContactSweeps())
 
 
+@pytest.mark.slow
 def test_all_pairs_four_balls_with_three_slots_is_the_paper_scene():
     """Six ball pairs, three slots: the broad phase keeps the pairs that touch, and P2 is unchanged."""
     reference = rbd.scenes.four_balls()

@@ -66,6 +66,7 @@ def test_fit_command_recovers_restitution(ball_csv, tmp_path):
     assert (tmp_path / "fit.png").stat().st_size > 0
 
 
+@pytest.mark.slow
 def test_reproduce_painleve_and_spinning_sphere(tmp_path):
     """`jaxrbd reproduce`: P5 steps through Painleve's paradox; P3 writes its figure."""
     from jaxrbd.cli.reproduce import run_reproduce

@@ -99,6 +99,7 @@ def test_pendulum_strikes_the_wall_and_rebounds_with_e(law):
     assert float(traj.q[:, 0].min()) >= -1e-8  # never inside the wall
 
 
+@pytest.mark.slow
 def test_chain_rests_on_the_ground():
     scene = rbd.scenes.chain(5)
     traj = rbd.simulate(*scene, dt=0.01, steps=100)

@@ -5,6 +5,7 @@ is decided once, in `_implicit.py`.
 """
 
 import abc
+import dataclasses
 import math
 import numbers
 
@@ -325,16 +326,18 @@ class SemismoothNewton(Solver):
         return lax.cond(jnp.any(failed), recover, lambda _: done, None)
 
     def run_lanes(self, lanes):
-        """The batch: `lane_iterations` Newton steps on every lane, then `run` on the rest, a few lanes at a time.
+        """The batch: `lane_iterations` Newton steps on every lane, the open lanes on their own, then Lemke.
 
         Every lane starts from its warm start with at most `lane_iterations` steps
         (a batched loop that ends when every lane converged or reached the bound).
-        The lanes that did not converge go on, `lane_chunk` at a time, with the whole
-        of `run` (Newton from where they stopped, the cold restart, Lemke), in a loop
-        that makes no trip when every lane converged: the batch does not wait for its
-        slowest lane at every Newton step, and the recovery does not run for lanes
-        that need none. A batch larger than `lane_block` is solved block by block:
-        each block waits only for its own slowest lane, and its matrices stay in cache.
+        The lanes that did not converge go on, `lane_chunk` at a time, with Newton
+        from where they stopped and the cold restart, in a loop that makes no trip
+        when every lane converged: the batch does not wait for its slowest lane at
+        every Newton step. A batch larger than `lane_block` does this block by block:
+        each block waits only for its own slowest lane, and its matrices stay in
+        cache. The lanes still unsolved then go to Lemke together, in one pass over
+        the whole batch that is skipped when there are none (pivoting is sequential,
+        so one pass for all of them costs what one pass for a few does).
 
         The defaults come from the benchmark batches (float32, 20 steps in contact,
         512 lanes): 85% of the four balls' lane-steps took at most 6 iterations (most
@@ -342,8 +345,27 @@ class SemismoothNewton(Solver):
         the slowest lane, four balls ran 2.5x (64 lanes) and 7.4x (512 lanes) faster.
         """
         if lanes.size > self.lane_block:
-            return lanes.blocks(self.lane_block, self.run_lanes)
+            raw = lanes.blocks(self.lane_block, self._newton_lanes)
+        else:
+            raw = self._newton_lanes(lanes)
+        problem = eqx.combine(lanes.dynamic, lanes.static)[0]
+        if not (self.fallback and isinstance(problem, LCP)):
+            return raw
+        failed = raw.status != Status.SUCCESS
+
+        def lemke(_):
+            def one(problem, _, z, iterations, failed):
+                return _lemke_fallback(problem, RawSolution(z, Status.MAX_STEPS, iterations, failed))
+
+            out = lanes.map(one, raw.z, raw.iterations, failed)
+            return jax.tree_util.tree_map(lambda x, like: x.astype(like.dtype), out, raw)
+
+        return lax.cond(jnp.any(failed), lemke, lambda _: raw, None)
+
+    def _newton_lanes(self, lanes):
+        """`run_lanes` without Lemke: the first steps on every lane, then the open lanes `lane_chunk` at a time."""
         tol = self.tolerance(lanes.dynamic[1].dtype)
+        newton = dataclasses.replace(self, fallback=False)
 
         def first(problem, z0):
             s = row_scale(problem.jac(jnp.zeros_like(z0)))
@@ -370,14 +392,14 @@ class SemismoothNewton(Solver):
             position = i * chunk + jnp.arange(chunk)
             valid = position < count
             idx = jnp.where(valid, order[jnp.minimum(position, size - 1)], spare)
-            more = lanes.take(idx).map(lambda problem, _, z: self.run(problem, z), raw.z[idx])
+            more = lanes.take(idx).map(lambda problem, _, z: newton.run(problem, z), raw.z[idx])
             target = jnp.where(valid, idx, size)  # out of range: dropped
             put = lambda x, y: x.at[target].set(y.astype(x.dtype), mode="drop")
             return i + 1, RawSolution(
                 put(raw.z, more.z),
                 put(raw.status, more.status),
                 put(raw.iterations, raw.iterations[idx] + more.iterations),
-                put(raw.fallback, more.fallback),
+                raw.fallback,
             )
 
         start = RawSolution(
