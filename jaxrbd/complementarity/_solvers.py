@@ -294,17 +294,21 @@ class SemismoothNewton(Solver):
         if not isinstance(self.fallback, bool):
             raise TypeError(f"SemismoothNewton: fallback must be True or False, got {self.fallback!r}")
 
+    def _newton_options(self, dtype, iterations):
+        """The keyword arguments of `newton_solve` for this solver, with at most `iterations` steps."""
+        return dict(
+            tol=self.tolerance(dtype),
+            iterations=iterations,
+            line_search_steps=self.line_search_steps,
+            regularization=self.regularization,
+        )
+
     def run(self, problem, z0):
         n = problem.size
         cold = jnp.zeros((n,), z0.dtype)
         s = row_scale(problem.jac(cold))
-        tol = self.tolerance(z0.dtype)
-        options = dict(
-            tol=tol,
-            iterations=self.iterations,
-            line_search_steps=self.line_search_steps,
-            regularization=self.regularization,
-        )
+        options = self._newton_options(z0.dtype, self.iterations)
+        tol = options["tol"]
         warm = newton_solve(problem, z0, s, **options)
         iterations = warm.iterations
         failed = ~(warm.residual <= tol)
@@ -364,21 +368,10 @@ class SemismoothNewton(Solver):
 
     def _newton_lanes(self, lanes):
         """`run_lanes` without Lemke: the first steps on every lane, then the open lanes `lane_chunk` at a time."""
-        tol = self.tolerance(lanes.dynamic[1].dtype)
+        options = self._newton_options(lanes.dynamic[1].dtype, min(self.lane_iterations, self.iterations))
+        tol = options["tol"]
         newton = dataclasses.replace(self, fallback=False)
-
-        def first(problem, z0):
-            s = row_scale(problem.jac(jnp.zeros_like(z0)))
-            return newton_solve(
-                problem,
-                z0,
-                s,
-                tol=tol,
-                iterations=min(self.lane_iterations, self.iterations),
-                line_search_steps=self.line_search_steps,
-                regularization=self.regularization,
-            )
-
+        first = lambda problem, z0: newton_solve(problem, z0, row_scale(problem.jac(jnp.zeros_like(z0))), **options)
         warm = lanes.map(first)
         size = lanes.size
         open_ = warm.capped | ~(warm.residual <= tol)

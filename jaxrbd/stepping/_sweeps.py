@@ -43,7 +43,7 @@ from .._problems import LCP, natural_residual
 from .._validate import check_value
 from ..complementarity import Adjoint, Lemke, SemismoothNewton, implicit_solve, within_tolerance
 from ..complementarity._fb import fischer_burmeister_partials
-from ..complementarity._implicit import PINV_RTOL_FACTOR
+from ..complementarity._implicit import PINV_RTOL_FACTOR, min_norm_lstsq
 from ..complementarity._solvers import default_tol
 from ..cones import PolyhedralCone
 from ..model import State
@@ -375,18 +375,28 @@ def _dense_fallback(blocks, z, fallback, tol):
         return ~tried & ~within_tolerance(residual(z), z, tol)
 
     def solve(state):
-        # The barrier ties the basis to the loop's state: A does not depend on z, and
-        # XLA would otherwise hoist its assembly out of the loop into every step.
-        n = state[0].size
-        basis, (z, fallback, _) = jax.lax.optimization_barrier((jnp.eye(n, dtype=state[0].dtype), state))
-        b = F(jnp.zeros_like(z))
-        A = jax.vmap(lambda e: F(e) - b, out_axes=1)(basis)
+        A, b, (z, fallback, _) = _dense_lcp(blocks, shape, state)
         dense = Lemke(tol=tol).run(LCP(A, b), z).z
         better = residual(dense) < residual(z)
         return jnp.where(better, dense, z), fallback | better, jnp.array(True)
 
     z, fallback, _ = jax.lax.while_loop(needed, solve, (z.reshape(-1), fallback, jnp.array(False)))
     return z.reshape(shape), fallback
+
+
+def _dense_lcp(blocks, shape, state):
+    """(A, b, state): the step's LCP w = A z + b (z of `shape`, flattened) assembled densely from the sparse F.
+
+    Called in the body of a loop whose state is `state`.
+
+    The barrier ties the assembly to the loop's state: A does not depend on it, and
+    XLA would otherwise hoist the assembly out of the loop into every step.
+    """
+    n, dtype = int(np.prod(shape)), jax.tree_util.tree_leaves(state)[0].dtype
+    basis, state = jax.lax.optimization_barrier((jnp.eye(n, dtype=dtype), state))
+    F = lambda z: blocks.F(z.reshape(shape)).reshape(-1)
+    b = F(jnp.zeros((n,), dtype))
+    return jax.vmap(lambda e: F(e) - b, out_axes=1)(basis), b, state
 
 
 class SweepResult(eqx.Module):
@@ -431,7 +441,38 @@ class SweepAdjoint(Adjoint):
 
         one_round = lambda _, u: jax.lax.scan(sweep, u, None, length=self.sweeps)[0]
         u = jax.lax.fori_loop(0, raw.rounds, one_round, jnp.zeros_like(z))
-        return db * u
+        return db * _dense_adjoint_fallback(blocks, da, db, transposed, z_bar, u)
+
+
+def _dense_adjoint_fallback(blocks, da, db, transposed, z_bar, u):
+    """u from the adjoint sweeps, or, where they left (d phi / dz)^T u = z_bar unsolved, its dense pseudo-inverse solve.
+
+    Block Gauss-Seidel on the transposed system need not converge: on coupled
+    stacks with mass ratios of 1e3 and more (where the forward sweeps also stall
+    and `_dense_fallback` solves the step) the adjoint sweeps diverged, to 1e82
+    and then NaN. A loop of at most one trip, none when the sweeps' residual is
+    below sqrt(eps) |z_bar|; the dense solution is kept only if its residual is lower.
+    """
+    rtol = PINV_RTOL_FACTOR * u.size * jnp.finfo(u.dtype).eps
+    scale = jnp.max(jnp.abs(z_bar))
+
+    def residual(u):  # inf when not finite: a max reduction may skip NaN (it did under `vmap` on the CPU)
+        r = z_bar - transposed(u)
+        return jnp.where(jnp.all(jnp.isfinite(r)), jnp.max(jnp.abs(r)), jnp.inf)
+
+    worse = lambda r, than: ~(r <= than)
+
+    def needed(state):
+        u, tried = state
+        return ~tried & worse(residual(u), jnp.sqrt(jnp.finfo(u.dtype).eps) * scale)
+
+    def solve(state):
+        A, _, (u, _) = _dense_lcp(blocks, z_bar.shape, state)
+        J = jnp.diag(da.reshape(-1)) + db.reshape(-1)[:, None] * A
+        dense = min_norm_lstsq(J.T, z_bar.reshape(-1), rtol).reshape(z_bar.shape)
+        return jnp.where(worse(residual(u), residual(dense)), dense, u), jnp.array(True)
+
+    return jax.lax.while_loop(needed, solve, (u, jnp.array(False)))[0]
 
 
 def solve_blocks(blocks, z0, solver):
