@@ -226,9 +226,8 @@ def test_contact_sweeps_gradient_of_a_heavy_ball_on_a_light_one():
     Found on `mixed6` with Stewart-Trinkle (a 1.1 g box among bodies of up to
     8 kg): the gradient with respect to the masses was NaN. The adjoint's block
     Gauss-Seidel sweeps on the transposed Newton system diverge at such mass
-    ratios (to 1e82, then NaN) where the forward sweeps stall. Here, with either
-    scheme, they stayed finite but wrong: d/dm = (-0.045, -0.023) against
-    (-0.0030, 0.0180). The
+    ratios (to 1e82, then NaN) where the forward sweeps stall. Here they stayed
+    finite but wrong: d/dm = (-0.045, -0.023) against (-0.0030, 0.0180). The
     adjoint now checks its residual and solves the transposed system densely when
     the sweeps left it unsolved. The gradient must equal the dense step's, whose
     implicit rule solves the same system by its pseudo-inverse, and the heavy
