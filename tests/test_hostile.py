@@ -68,11 +68,6 @@ GAP_ROUNDOFF = 1e-12  # metres: round-off of a gap
 ROW_TOL = 1e-10  # the solvers' float64 tolerance on a row, relative to the impulses above 1 (`within_tolerance`)
 FAST_EXAMPLES = 5  # per scheme, in the default run
 SLOW_EXAMPLES = 20  # per scheme, in the slow set: every structure, with gradients
-# The slow set's schemes: each takes about 10 minutes of one core (seven structures' gradient programs).
-# Stewart-Trinkle's profile finds an open defect, so it runs from benchmarks/hostile_findings.py until
-# that is fixed: on a `box_stack` draw a spinning 12 kg box lands on a 1 kg box and one step leaves two
-# of their four manifold points 15.7 mm deep (the second-order bound is 1.8 mm), every step converged.
-SLOW_SCHEMES = ("anitescu_potra", "poisson")
 LONG_EXAMPLES = 100  # per scheme, in the long profile (benchmarks/hostile_findings.py)
 LONG_RUN_EXAMPLES = 2  # per scheme, slow: LONG_RUN_STEPS steps each
 
@@ -121,6 +116,8 @@ SCHEMES = {
     "stewart_trinkle": dict(scheme=rbd.StewartTrinkle(), restitution=None),
 }
 DISSIPATIVE = ("anitescu_potra", "poisson")
+# The slow set's schemes: each takes about 10 minutes of one core (seven structures' gradient programs).
+SLOW_SCHEMES = tuple(SCHEMES)
 
 
 def _shape(kind, size):

@@ -104,6 +104,10 @@ def _box_capacity(dim):
     return 4 if dim == 3 else 2
 
 
+def _box_box_capacity(dim):
+    return 6 if dim == 3 else 2
+
+
 # (kind a, kind b) -> (closed form, capacity(dim)); kinds in the order of KINDS.
 COLLIDERS = {
     ("plane", "sphere"): (plane_sphere, lambda dim: 1),
@@ -114,7 +118,7 @@ COLLIDERS = {
     ("sphere", "box"): (sphere_box, lambda dim: 1),
     ("capsule", "capsule"): (capsule_capsule, lambda dim: 2),
     ("capsule", "box"): (capsule_box, lambda dim: 2),
-    ("box", "box"): (box_box, _box_capacity),
+    ("box", "box"): (box_box, _box_box_capacity),
     ("plane", "mesh"): (plane_mesh, lambda dim: 4),
     ("sphere", "mesh"): (sphere_mesh, lambda dim: 1),
     ("capsule", "mesh"): (capsule_mesh, lambda dim: 2),
