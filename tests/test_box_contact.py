@@ -282,8 +282,8 @@ def test_tilted_box_on_a_face_gets_its_lowest_edge_and_capsule_both_ends():
     cap = _capsule(jnp.array([0.05, 0.0, 0.1 + 0.03 + 0.002]), _R([0, 1, 0], math.pi / 2), 0.2, 0.03)
     gap, n, x = (np.asarray(v) for v in _capsule_box(cap, lower, 3))
     np.testing.assert_allclose(gap, 0.002, atol=1e-14)
-    np.testing.assert_allclose(np.sort(x[:, 0]), [-0.15, 0.25], atol=1e-14)  # the two ends
-    np.testing.assert_allclose(n, np.tile([0.0, 0.0, -1.0], (2, 1)), atol=1e-15)
+    np.testing.assert_allclose(np.sort(x[:, 0]), [-0.15, -0.15, 0.25, 0.25], atol=1e-14)  # the two ends, twice
+    np.testing.assert_allclose(n, np.tile([0.0, 0.0, -1.0], (4, 1)), atol=1e-15)
     on_top = _capsule(jnp.array([0.12, 0.0, 0.132 + 0.061]), _R([0, 1, 0], math.pi / 2), 0.2, 0.03)
     gap, n, x = (np.asarray(v) for v in _capsule_capsule(cap, on_top, 3))
     np.testing.assert_allclose(gap, 0.001, atol=1e-14)
@@ -436,15 +436,15 @@ def test_gradients_are_finite_at_degenerate_poses(name):
 
 
 def test_box_pairs_build_with_their_capacities():
-    """Box-box (6 contacts, 2 planar), capsule-box and capsule-capsule (2 each) are accepted by the builder."""
+    """Box-box (6 contacts, 2 planar), capsule-box (4) and capsule-capsule (2) are accepted by the builder."""
     b = rbd.SceneBuilder(collide_bodies=True)
     b.add_static("table", rbd.Box((1.0, 1.0, 0.05), position=(0.0, 0.0, -0.05)))
     b.add_body("crate", rbd.Box(0.1), mass=1.0, position=(0.0, 0.0, 0.1))
     b.add_body("rod", rbd.Capsule(0.03, 0.1), mass=1.0, position=(1.0, 0.0, 0.5))
     b.add_body("pin", rbd.Capsule(0.03, 0.1), mass=1.0, position=(-1.0, 0.0, 0.5))
     scene = b.build()
-    # box-box: crate-table 6; capsule-box: rod-table, pin-table, rod-crate, pin-crate 2 each; capsule-capsule 2.
-    assert scene.system.mu.shape == (6 + 4 * 2 + 2,)
+    # box-box: crate-table 6; capsule-box: rod-table, pin-table, rod-crate, pin-crate 4 each; capsule-capsule 2.
+    assert scene.system.mu.shape == (6 + 4 * 4 + 2,)
     b = rbd.SceneBuilder(dim=2)
     b.add_static("floor", rbd.Box((1.0, 0.05, 0.05), position=(0.0, -0.05, 0.0)))
     b.add_body("block", rbd.Box(0.1), mass=1.0, position=(0.0, 0.1))

@@ -440,13 +440,16 @@ def _box_box_2d(a, b):
 
 @functools.partial(jax.jit, static_argnames="dim")
 def capsule_box(a, b, dim):
-    """Capsule-box: the capsule's axis segment against the box, 2 contacts (a capsule flat on a face: both ends).
+    """Capsule-box: the capsule's axis segment against the box, 4 contacts (a capsule flat on a face: both ends).
 
     The SAT of the segment and the box (3 face normals, 3 cross products of the
     segment with the box's edges; in planar scenes the box's z face and the
     axes out of the plane are left out), less the radius. A face axis: the
-    segment clipped to the face, its two ends; a cross axis: the closest points
-    of the segment and the box edge, and the mirror point (`_mirror`). When the segment is outside the box, the
+    segment clipped to the face, its two ends (twice); a cross axis: the closest
+    points of the segment and the box edge, the mirror point (`_mirror`), and
+    the two ends of the face clip with their depths bounded by the penetration
+    depth (with the first two alone a 370 kg capsule turning onto a 1 kg box
+    ended a step 7.65 mm deep in it, the second-order bound being 3.2 mm). When the segment is outside the box, the
     exact distance (ends to box, segment to the 12 edges) less the radius
     replaces slot 0 where the clipped ends do not reach it.
     """
@@ -503,9 +506,12 @@ def capsule_box(a, b, dim):
     gap_e = jnp.stack([(xb - xa) @ n_e - r, g1])
     n_e = jnp.stack([n_e, n1])
     x_e = jnp.stack([xa + (r + 0.5 * gap_e[0]) * n_e[0], x1])
-    gap = jnp.where(on_edge, gap_e, gap_f)
-    n = jnp.where(on_edge, n_e, -n_r)
-    x = jnp.where(on_edge, x_e, x_f)
+    # A cross axis keeps the face manifold's two ends beside its contacts, their depths bounded by the
+    # penetration depth (as for box-box): within the step the capsule may turn onto the face.
+    n_f = jnp.broadcast_to(-n_r, (2, 3))
+    gap = jnp.where(on_edge, jnp.concatenate([gap_e, jnp.maximum(gap_f, gap_e[0])]), jnp.concatenate([gap_f, gap_f]))
+    n = jnp.where(on_edge, jnp.concatenate([n_e, n_f]), jnp.concatenate([n_f, n_f]))
+    x = jnp.where(on_edge, jnp.concatenate([x_e, x_f]), jnp.concatenate([x_f, x_f]))
     # The segment outside the box: its exact distance.
     outside = jnp.maximum(jnp.max(sep_face), jnp.max(sep_cross)) > 0
     ends = c + jnp.array([[-1.0], [1.0]]) * hl * u

@@ -117,7 +117,7 @@ COLLIDERS = {
     ("sphere", "capsule"): (sphere_capsule, lambda dim: 1),
     ("sphere", "box"): (sphere_box, lambda dim: 1),
     ("capsule", "capsule"): (capsule_capsule, lambda dim: 2),
-    ("capsule", "box"): (capsule_box, lambda dim: 2),
+    ("capsule", "box"): (capsule_box, lambda dim: 4),  # see `capsule_box`
     ("box", "box"): (box_box, _box_box_capacity),
     ("plane", "mesh"): (plane_mesh, lambda dim: 4),
     ("sphere", "mesh"): (sphere_mesh, lambda dim: 1),
