@@ -37,9 +37,11 @@ How a box pair is resolved (3D):
   another) its 6 most spread. With 4 slots a box tipping over the edge of the
   box below lost the polygon's vertex on that edge and sank 1.8e-5 m where the
   second-order bound was 1.0e-5 m (the hostile suite's Stewart-Trinkle profile).
-  With 8, `scenes.box_stack(5)` has 360 rows, over `AUTO_SIZE`, and runs on
-  `ContactSweeps`, which left 4 of 1,000 steps unsolved and crept 4.7e-7 m
-  (the dense step solves the same 360-row problems, 1.5e-11 residual). Each gap is the height of the incident point above the reference
+  8 slots would keep every vertex, but a 1 g box under a 32 kg box then ended a
+  step unsolved, and `scenes.box_stack(5)` grows to 360 rows, over `AUTO_SIZE`,
+  so that it runs on `ContactSweeps`, which left 4 of 1,000 steps unsolved and
+  crept 4.7e-7 m (the dense step solves the same 360-row problems to 1.5e-11).
+  Each gap is the height of the incident point above the reference
   plane: the exact distance of the point to the face. The rows built from n and
   the witness points (`BodyModel.collide`) are the exact gradients of these gaps
   for incident vertices, for reference corners under a parallel face and for the
@@ -449,9 +451,10 @@ def capsule_box(a, b, dim):
     points of the segment and the box edge, the mirror point (`_mirror`), and
     the two ends of the face clip with their depths bounded by the penetration
     depth (with the first two alone a 370 kg capsule turning onto a 1 kg box
-    ended a step 7.65 mm deep in it, the second-order bound being 3.2 mm). When the segment is outside the box, the
-    exact distance (ends to box, segment to the 12 edges) less the radius
-    replaces slot 0 where the clipped ends do not reach it.
+    ended a step 7.65 mm deep in it, the second-order bound being 3.2 mm). When
+    the segment is outside the box, the exact distance (ends to box, segment to
+    the 12 edges) less the radius replaces slot 0 where the clipped ends do not
+    reach it.
     """
     c, u, hl, r = a["p"], a["R"][:, 2], a["half_length"], a["radius"]
     pb, Rb, hb = b["p"], b["R"], b["half_extents"]
