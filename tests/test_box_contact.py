@@ -241,31 +241,48 @@ def _R(axis, angle):
     return rot.to_matrix(rot.from_axis_angle(jnp.asarray(axis, float), angle))
 
 
-def test_parallel_faces_give_the_same_six_points_through_touching():
-    """A box turned 30 degrees about z on a box: six vertices of the octagon, which do not move as the gap crosses 0.
+def _clip_to_square(poly, half):
+    """Sutherland-Hodgman: the polygon (m, 2), counter-clockwise, clipped to the square |x|, |y| <= half."""
+    for axis in (0, 1):
+        for side in (-1.0, 1.0):
+            inside = lambda p: side * p[axis] <= half
+            out = []
+            for p, q in zip(poly, np.roll(poly, -1, axis=0)):
+                if inside(p):
+                    out.append(p)
+                if inside(p) != inside(q):
+                    t = (side * half - p[axis]) / (q[axis] - p[axis])
+                    out.append(p + t * (q - p))
+            poly = np.asarray(out)
+    return poly
+
+
+def test_parallel_faces_give_the_whole_octagon_through_touching():
+    """A box turned 30 degrees about z on a box: the 8 vertices of the octagon, which do not move as the gap crosses 0.
 
     Above, at and below touching by 1e-13 m the manifold holds the same points (to
     rounding) with gaps equal to the offset: the stack neither jitters nor creeps.
     """
     lower = _box(jnp.zeros(3), jnp.eye(3), jnp.array([0.2, 0.2, 0.1]))
+    centre, angle = np.array([0.01, -0.02]), math.radians(30.0)
     out = []
     for offset in (1e-13, 0.0, -1e-13):
-        upper = _box(
-            jnp.array([0.01, -0.02, 0.2 + offset]), _R([0, 0, 1], math.radians(30.0)), jnp.array([0.2, 0.2, 0.1])
-        )
+        upper = _box(jnp.array([*centre, 0.2 + offset]), _R([0, 0, 1], angle), jnp.array([0.2, 0.2, 0.1]))
         gap, n, x = (np.asarray(v) for v in _box_box(lower, upper, 3))
         np.testing.assert_allclose(gap, offset, atol=1e-15)
-        np.testing.assert_allclose(n, np.tile([0.0, 0.0, 1.0], (6, 1)), atol=1e-15)
+        np.testing.assert_allclose(n, np.tile([0.0, 0.0, 1.0], (8, 1)), atol=1e-15)
         out.append(x)
     np.testing.assert_allclose(out[0], out[1], atol=1e-12)
     np.testing.assert_allclose(out[2], out[1], atol=1e-12)
+    # The exact intersection of the two squares, clipped here independently: the points are its 8 vertices.
+    c, s_ = math.cos(angle), math.sin(angle)
+    turned = centre + 0.2 * np.array([[1, 1], [-1, 1], [-1, -1], [1, -1]]) @ np.array([[c, s_], [-s_, c]])
+    octagon = _clip_to_square(turned, 0.2)
+    assert len(octagon) == 8
     xy = out[1][:, :2]
-    # Of the octagon: 6 distinct points, each a vertex of their convex hull.
-    assert len(ConvexHull(xy).vertices) == 6
-    # Every point is in both faces (a box of half size 0.2 turned 30 degrees covers a radius >= 0.2).
-    assert np.all(np.abs(xy) <= 0.2 + 1e-12) and np.all(
-        np.linalg.norm(xy - [0.01, -0.02], axis=1) <= 0.2 * math.sqrt(2)
-    )
+    distance = np.linalg.norm(xy[:, None] - octagon[None], axis=-1)
+    np.testing.assert_allclose(distance.min(axis=1), 0.0, atol=1e-12)
+    np.testing.assert_allclose(distance.min(axis=0), 0.0, atol=1e-12)
 
 
 def test_tilted_box_on_a_face_gets_its_lowest_edge_and_capsule_both_ends():

@@ -106,6 +106,10 @@ STRUCTURES = {
     ),
 }
 FAST_STRUCTURES = ("mixed4",)
+# These run on `ContactSweeps` wherever it supports the scheme (not Poisson's impact law), so that the suite
+# attacks the sparse solver too; `simulate` alone runs them on the dense step (their contacts share bodies,
+# and they have fewer than AUTO_SIZE_COUPLED rows).
+SWEEP_STRUCTURES = ("mixed6", "mixed8")
 # The default run checks gradients for these schemes (a gradient program compiles in twice the time of a
 # rollout); the slow run checks them for all.
 FAST_GRADIENTS = ("anitescu_potra",)
@@ -117,13 +121,7 @@ SCHEMES = {
 }
 DISSIPATIVE = ("anitescu_potra", "poisson")
 # The slow set's schemes: each takes about 10 minutes of one core (seven structures' gradient programs).
-# Stewart-Trinkle's profile finds an open defect, so it runs from benchmarks/hostile_findings.py until
-# that is fixed: on a `box_stack` draw a 1.1 kg box under a 370 kg capsule sinks 0.67 mm into the 0.8 kg box
-# below it in one step (the second-order bound is 0.12 mm), every step converged but one (reported). With 8
-# box-box slots, which keep every vertex of the clipped face polygon where 6 keep the 6 most spread, the draw
-# passes, but the 1 g box under a 32 kg box of `test_hostile_regressions.py` then fails its solve. Its earlier findings on the same structure, a 12 kg
-# box turning from an edge onto a 1 kg box and that capsule turning onto the box, are fixed (regression tests).
-SLOW_SCHEMES = ("anitescu_potra", "poisson")
+SLOW_SCHEMES = ("anitescu_potra", "poisson", "stewart_trinkle")
 
 
 def _shape(kind, size):
@@ -359,7 +357,10 @@ def system_of(name, x):
 def _simulate(name, scheme, x, steps):
     system = system_of(name, x)
     state = rbd.State(jnp.zeros((), x.q.dtype), x.q, x.v)
-    traj = rbd.simulate(system, state, dt=H, steps=steps, **SCHEMES[scheme])
+    options = SCHEMES[scheme]
+    if name in SWEEP_STRUCTURES and options["restitution"] is None:
+        options = dict(options, solver=rbd.ContactSweeps())
+    traj = rbd.simulate(system, state, dt=H, steps=steps, **options)
     energy = jax.vmap(system.energy)(traj.q, traj.v)
     gaps = jax.vmap(lambda q: system.contacts(q).gap)(traj.q)
     return traj, energy, gaps

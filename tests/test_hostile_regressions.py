@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from test_hostile import ENERGY_RTOL, GAP_ROUNDOFF, Draw, G, H, run_and_check
+from test_hostile import ENERGY_RTOL, GAP_ROUNDOFF, Draw, G, H, run_and_check, system_of, values
 
 import jaxrbd as rbd
 
@@ -209,10 +209,10 @@ def test_box_turning_from_an_edge_onto_a_box_stays_within_the_second_order_bound
     the pair, not yet touching, is left out): the separating axis was an edge-edge
     one, and the 4 box-box slots held the two edges' contacts only. Within the step
     the heavy box's face turned onto the light box, and two of its far corners
-    ended 15.7 mm deep where the second-order bound is 1.8 mm. Box-box now has 6
-    slots: on an edge-edge axis 3 hold the face manifold's points, and on a face
-    axis they hold 6 vertices of the clipped polygon (with those face points on the
-    edge axis but 4 vertices on a face axis, the same run sank 1.8e-5 m, bound
+    ended 15.7 mm deep where the second-order bound is 1.8 mm. Box-box now has 8
+    slots: on an edge-edge axis 5 hold the face polygon's points, and on a face
+    axis they hold every vertex of the clipped polygon (with those face points on
+    the edge axis but 4 vertices on a face axis, the same run sank 1.8e-5 m, bound
     1.0e-5 m, 4 steps later: the vertex on the light box's edge, over which the
     heavy box tipped, was not among the 4). The states are the ones that run
     reached (float.hex).
@@ -290,6 +290,53 @@ def test_heavy_capsule_turning_onto_a_box_stays_within_the_second_order_bound():
 
 
 @pytest.mark.slow
+def test_box_under_a_heavy_capsule_tipping_over_a_vertex_of_the_octagon_stays_within_the_second_order_bound():
+    """A 1.1 kg box, a 370 kg capsule lying on it, tipping on a 0.8 kg box whose face it crosses in an octagon.
+
+    Found on `box_stack` by the Stewart-Trinkle profile, the same run as the capsule
+    test above, 60 steps later: the two boxes' faces met in an octagon, and with 6
+    slots box-box kept its 6 most spread vertices. Under the capsule's load the box
+    tipped over a dropped vertex and ended 0.67 mm deep where the second-order
+    bound is 0.12 mm. Box-box now keeps all 8. The states are the ones that run
+    reached (float.hex); the sphere of the draw, 0.8 m away, is left out.
+    """
+    b = rbd.SceneBuilder(dim=3)
+    b.add_static("ground", rbd.Plane())
+    base, box = (
+        (0.07008799653937556, 0.16148540687842644, 0.0838),
+        (0.13288017886239184, 0.12316344968793991, 0.19201670272049232),
+    )
+    q = ["0x1.0116680214ee3p-3", "-0x1.339ee3f4996c2p-4", "0x1.573eab367a101p-4", "-0x1.4f9d1f5ab9783p-51"]
+    q += ["0x1.f5fde34ed6d34p-1", "0x1.92f46a9980503p-3", "-0x1.328164e085102p-51"]
+    v = ["0x1.3d084521b285ap-2", "-0x1.4b3b19124b7dep-2", "0x1.3500000000000p-48"]
+    v += ["-0x1.0a9db9e5f2514p-43", "0x1.ef9b9aeaa5018p-43", "-0x1.122cd247fd21fp-2"]
+    _body_at(b, "base", rbd.Box(base), 0.8047897085381577, q, v)
+    q = ["0x1.fd2a59911ae10p-4", "-0x1.31e9f42cc8984p-4", "0x1.2b28ee0f3c20fp-2", "0x1.654167916b31ep-1"]
+    q += ["0x1.649ff18577894p-1", "-0x1.f30ee61138e78p-4", "-0x1.d531b0d86d846p-4"]
+    v = ["0x1.1e3ed006a09afp-2", "-0x1.f05045f7065f8p-3", "0x1.4f32fbcb945e4p-4"]
+    v += ["-0x1.514b7bcac3ac9p-1", "-0x1.e7f4cbaa0812dp-3", "-0x1.1802bc27908fep-2"]
+    _body_at(b, "box", rbd.Box(box), 1.0755567373898487, q, v)
+    q = ["-0x1.4cace1ec4ca0ap-11", "0x1.8f06c6296a8ddp-12", "0x1.0257c595c3079p-1", "0x1.7e575d20793bdp-2"]
+    q += ["0x1.a15efab8f013ap-7", "-0x1.6bc1abb5999afp-1", "0x1.3158b0740b77cp-1"]
+    v = ["-0x1.85a0e29fd7070p-10", "0x1.712f9d90227f6p-10", "-0x1.08cfd77392e90p-6"]
+    v += ["-0x1.5d7b7a28a9deap+0", "-0x1.7244885b86eb5p+1", "-0x1.658293a48695ep-1"]
+    _body_at(b, "capsule", rbd.Capsule(0.09091755569187915, 0.19999999999999998), 369.9228526854704, q, v)
+    for pair, mu in {
+        ("ground", "base"): 2.4704061218864354e-80,
+        ("ground", "box"): 1.933903306173172,
+        ("ground", "capsule"): 1e-14,
+        ("base", "box"): 1.7343958291093369,
+        ("capsule", "base"): 0.2356398264338942,
+        ("capsule", "box"): 0.3523,
+    }.items():
+        b.set_pair(*pair, mu=mu)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the exact states overlap by round-off
+        scene = b.build()
+    _assert_one_step_within_the_second_order_bound(scene, ("base", "box"), math.hypot(*base) + math.hypot(*box))
+
+
+@pytest.mark.slow
 def test_contact_sweeps_solve_a_heavy_ball_on_a_light_one():
     """A 50 kg ball resting on a 2.5 g ball on the ground, `ContactSweeps` with Anitescu-Potra.
 
@@ -359,18 +406,8 @@ def test_contact_sweeps_gradient_of_a_heavy_ball_on_a_light_one():
     np.testing.assert_allclose(float(gradient[1]), float(central), rtol=1e-6)
 
 
-@pytest.mark.slow
-def test_light_box_under_a_heavy_stack_converges():
-    """A 1 g box landing at 2.3 m/s with a 32 kg box and an 11 kg capsule stacked on it (Stewart-Trinkle).
-
-    Found on `box_stack`: step 18, where the stack lands, stopped at residual 0.21
-    (reported, SOLVER_FAILED) and the light box ended 1.7 mm inside the ground.
-    The step's LCP has 220 rows, condition number 3e22 (mass ratio 3e4); Lemke
-    ended on a secondary ray, scaled or not: round-off accumulated over some 180
-    tableau updates. Lemke now recomputes its tableau from the basis every 64
-    pivots (`_lemke.REFACTOR_EVERY`). The whole draw passes every invariant of the
-    suite, gradients included (slow: the 220-row step compiles for a minute).
-    """
+def _light_box_draw():
+    """The `box_stack` draw of a 1 g box under a 32 kg box and an 11 kg capsule (Stewart-Trinkle)."""
     d = Draw(
         structure="box_stack",
         sizes=(
@@ -450,5 +487,121 @@ def test_light_box_under_a_heavy_stack_converges():
             1.5,
         ],
     )
-    d = dataclasses.replace(d, **{k: np.asarray(getattr(d, k)) for k in ("mass", "mu", "q", "v")})
-    run_and_check(d, "stewart_trinkle", gradient=True)
+    return dataclasses.replace(d, **{k: np.asarray(getattr(d, k)) for k in ("mass", "mu", "q", "v")})
+
+
+@pytest.mark.slow
+def test_light_box_under_a_heavy_stack_converges():
+    """A 1 g box landing at 2.3 m/s with a 32 kg box and an 11 kg capsule stacked on it (Stewart-Trinkle).
+
+    Found on `box_stack`: step 18, where the stack lands, stopped at residual 0.21
+    (reported, SOLVER_FAILED) and the light box ended 1.7 mm inside the ground.
+    The step's LCP has 220 rows, condition number 3e22 (mass ratio 3e4); Lemke
+    ended on a secondary ray, scaled or not: round-off accumulated over some 180
+    tableau updates. Lemke now recomputes its tableau from the basis every 64
+    pivots (`_lemke.REFACTOR_EVERY`). The whole draw passes every invariant of the
+    suite, gradients included (slow: the 220-row step compiles for a minute).
+    """
+    run_and_check(_light_box_draw(), "stewart_trinkle", gradient=True)
+
+
+@pytest.mark.slow
+def test_newton_goes_on_where_lemke_fails_on_a_badly_scaled_step():
+    """Step 47 of the light-box draw above, as it ran with 8 box-box slots: a 300-row LCP, condition number 3e23.
+
+    Both Newton starts stopped at their 30 steps (residual 0.05) and Lemke ended on
+    a secondary ray, scaled or not (residual 8.3): the step was reported unsolved,
+    and the 1 g box ended 1.4e-7 m in the ground. Each block of it alone (the 1 g
+    box on the ground, 4 contacts) Lemke solves to 3e-12; pivoting on the whole
+    problem, the artificial column couples the blocks and their scales (1 g beside
+    32 kg). Newton from the start reaches 1.4e-12 in 55 steps: a lane that Lemke
+    leaves unsolved now goes on with Newton from the best point for as many steps
+    again. The state is the one that run reached (float.hex); the LCP is the step's.
+    """
+    d = _light_box_draw()
+    system = system_of(d.structure, values(d))
+    q = [
+        [
+            "0x1.d3f50467996d6p-6",
+            "-0x1.3178be2406b16p-4",
+            "0x1.999999999fb55p-5",
+            "0x1.6a09e65a5df3bp-1",
+            "0x1.6a09e65a6069dp-1",
+            "0x1.8ca64c91b836dp-15",
+            "0x1.8ca64ceb0b715p-15",
+        ],
+        [
+            "0x1.6f6e1711865a9p-4",
+            "-0x1.29d692dfbabafp-1",
+            "0x1.b25037c116ffep-4",
+            "0x1.6a09e667f3ac2p-1",
+            "0x1.6a09e667f3ac5p-1",
+            "-0x1.b5e99236f29e2p-23",
+            "-0x1.b5e9924061210p-23",
+        ],
+        [
+            "-0x1.45e828d4e726ap-1",
+            "0x1.725b830a68300p-47",
+            "0x1.9d320089e10a6p-4",
+            "0x1.5ec3d3811de57p-1",
+            "0x1.fe7d5717d279fp-6",
+            "-0x1.74a165eb8fb6dp-1",
+            "-0x1.a9b0774d4fe6ap-47",
+        ],
+        [
+            "0x1.0000b9a6bc60fp+0",
+            "0x1.dbd9ee97cbca0p-35",
+            "0x1.3a76a969b7b78p-3",
+            "0x1.63ba2c908e1d8p-2",
+            "0x1.63b6bf3afd090p-2",
+            "0x1.926ba51e7717ap-1",
+            "-0x1.805c37de827b6p-2",
+        ],
+    ]
+    v = [
+        [
+            "-0x1.4d1363f6176c7p-38",
+            "-0x1.1b1ed06b6bb3dp-37",
+            "0x1.28e9600000000p-36",
+            "0x1.525f4236f7a17p-33",
+            "-0x1.7fb47c6cd88bcp-34",
+            "0x1.17fdab25261eep-39",
+        ],
+        [
+            "-0x1.8417879fa21dfp-21",
+            "-0x1.401ba358a04cfp+0",
+            "0x1.0000000000000p-55",
+            "0x1.2c8f9a5dbae00p-45",
+            "0x1.44f4bd4d0fc00p-45",
+            "-0x1.cf64d05f68b00p-30",
+        ],
+        [
+            "-0x1.769fd449fb596p+0",
+            "0x1.43630cae3fdafp-46",
+            "-0x1.2715b573eab59p+2",
+            "0x1.3039a8d4acc01p-3",
+            "-0x1.bc22ff9e80e06p+1",
+            "-0x1.5f4b69fda12a1p-45",
+        ],
+        [
+            "0x1.82c6367d2a425p-15",
+            "0x1.03fb4c70d363bp-33",
+            "-0x1.d15a000000000p-41",
+            "-0x1.3eebf7acc50d8p-36",
+            "0x1.0f7bae4f4128bp+2",
+            "0x1.7ffffff7e1cdep+0",
+        ],
+    ]
+    unhex = lambda rows: jnp.asarray([float.fromhex(x) for row in rows for x in row])
+    state = rbd.State(jnp.zeros(()), unhex(q), unhex(v))
+    cone = rbd.stepping.default_cone(system, jax.eval_shape(system.contacts, state.q))
+    problem, _ = rbd.stepping.step_problem_at(system, state, H, scheme=rbd.StewartTrinkle(), cone=cone)
+    A, b = problem.problem.A, problem.problem.b
+    assert A.shape == (300, 300)
+    lemke = rbd.solve_lcp(A, b, solver=rbd.Lemke())
+    assert int(lemke.status) != int(rbd.Status.SUCCESS)
+    newton = rbd.solve_lcp(A, b, solver=rbd.SemismoothNewton(fallback=False))
+    assert not bool(newton.converged)
+    solved = rbd.solve_lcp(A, b, solver=rbd.SemismoothNewton())
+    assert bool(solved.converged)
+    assert float(solved.residual) <= 1e-10

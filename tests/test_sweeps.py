@@ -13,7 +13,7 @@ import pytest
 
 import jaxrbd as rbd
 from jaxrbd.cones import polygon_directions
-from jaxrbd.stepping import AUTO_SIZE
+from jaxrbd.stepping import AUTO_SIZE, AUTO_SIZE_COUPLED
 from jaxrbd.stepping._coloring import color_contacts
 from jaxrbd.stepping._local import enumerate_contact
 
@@ -166,6 +166,15 @@ def test_large_body_scenes_pick_the_sparse_solver():
     assert 8 * 10 <= AUTO_SIZE < 64 * 10
     assert isinstance(choose(small), rbd.DenseStep) and isinstance(choose(small).solver, rbd.SemismoothNewton)
     assert isinstance(choose(large), rbd.ContactSweeps)
+
+
+def test_coupled_scenes_stay_on_the_dense_step_up_to_the_coupled_size():
+    """Contacts sharing bodies (a stack) take rounds of sweeps: the dense step runs them up to AUTO_SIZE_COUPLED rows."""
+    rows = lambda scene: 10 * scene.system.ncontacts(scene.state.q)  # Stewart-Trinkle, 8 directions: 10 rows a contact
+    stack, tall = rbd.scenes.box_stack(5), rbd.scenes.box_stack(14)
+    assert AUTO_SIZE < rows(stack) <= AUTO_SIZE_COUPLED < rows(tall)
+    assert isinstance(rbd.choose_solver(*stack), rbd.DenseStep)
+    assert isinstance(rbd.choose_solver(*tall), rbd.ContactSweeps)
 
 
 @pytest.mark.parametrize(

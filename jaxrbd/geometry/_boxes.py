@@ -26,21 +26,18 @@ How a box pair is resolved (3D):
   the vertex set of the Sutherland-Hodgman clip, without its order (which the
   selection does not need) and without a data-dependent loop. Every point is
   kept, above the reference face or below it: the position-level step needs the
-  points that are about to touch. Six are kept, in this order: the deepest
-  (ties within `_TIE` of the size go to the largest of x + 0.618 y in the
-  reference face, so a flat contact picks the same point every step), the
-  farthest from it, the two farthest from the line through those two on either
-  side (the widest quadrilateral, as Bullet reduces manifolds), then each next
-  point the farthest from those chosen. Fewer than 6 distinct points repeat
-  some. A quadrilateral clipped to a rectangle has at most 8 vertices: polygons
-  of up to 6 keep all of them, an octagon (a box turned about the normal on
-  another) its 6 most spread. With 4 slots a box tipping over the edge of the
-  box below lost the polygon's vertex on that edge and sank 1.8e-5 m where the
-  second-order bound was 1.0e-5 m (the hostile suite's Stewart-Trinkle profile).
-  8 slots would keep every vertex, but a 1 g box under a 32 kg box then ended a
-  step unsolved, and `scenes.box_stack(5)` grows to 360 rows, over `AUTO_SIZE`,
-  so that it runs on `ContactSweeps`, which left 4 of 1,000 steps unsolved and
-  crept 4.7e-7 m (the dense step solves the same 360-row problems to 1.5e-11).
+  points that are about to touch. A quadrilateral clipped to a rectangle has at
+  most 8 vertices, and all 8 slots are kept, in this order: the deepest (ties
+  within `_TIE` of the size go to the largest of x + 0.618 y in the reference
+  face, so a flat contact picks the same point every step), the farthest from
+  it, the two farthest from the line through those two on either side (the
+  widest quadrilateral, as Bullet reduces manifolds), then each next point the
+  farthest from those chosen. Fewer than 8 distinct points repeat some. With 4
+  slots a box tipping over the edge of the box below lost the polygon's vertex
+  on that edge and sank 1.8e-5 m where the second-order bound was 1.0e-5 m;
+  with 6 (the octagon's 6 most spread vertices) a 1.1 kg box under a 370 kg
+  capsule tipped over a dropped vertex and sank 0.67 mm where the bound was
+  0.12 mm (both from the hostile suite's Stewart-Trinkle profile).
   Each gap is the height of the incident point above the reference
   plane: the exact distance of the point to the face. The rows built from n and
   the witness points (`BodyModel.collide`) are the exact gradients of these gaps
@@ -54,9 +51,9 @@ How a box pair is resolved (3D):
   touch along a segment and get both its ends; a single point would let the box
   pivot about it and sink at the other end. A point of one box inside the other
   is never deeper than the penetration depth, so the least gap stays exact.
-  These are 3 distinct points (slot 0 is the exact one); the other 3 slots hold
-  the face manifold's widest quadrilateral but its deepest point (which lies by
-  the edge contact), their depths bounded by the penetration depth: a box
+  These are 3 distinct points (slot 0 is the exact one); the other 5 slots hold
+  the face polygon's vertices 2 to 6 in the order above (its deepest lies by the
+  edge contact), their depths bounded by the penetration depth: a box
   turning from an edge onto a face within the step needs the points of that
   face (with the edge contacts alone a 12 kg box spinning onto a 1 kg box left
   two far corners 15.7 mm deep, the second-order bound being 1.8 mm).
@@ -235,11 +232,12 @@ def _spread(xy, z, valid, tie, count=4):
 
 
 def _face_manifold(p_r, R_r, h_r, k, p_i, R_i, h_i, tie):
-    """The incident face of box i clipped to face k of box r (the one facing box i): 6 vertices of the polygon.
+    """The incident face of box i clipped to face k of box r (the one facing box i): the clipped polygon.
 
-    Returns the gaps (6,) (heights of the incident points above the reference
-    plane), the reference face's outward normal n_r (3,) and the midpoints (6, 3).
-    The first 4 are the polygon's widest quadrilateral (`_spread`).
+    Returns the gaps (8,) (heights of the incident points above the reference
+    plane), the reference face's outward normal n_r (3,) and the midpoints (8, 3).
+    A quadrilateral clipped to a rectangle has at most 8 vertices, so all of them
+    are kept; the first 4 are its widest quadrilateral (`_spread`).
     """
     e = R_r[:, k]
     n_r = _sign(e @ (p_i - p_r)) * e
@@ -277,7 +275,7 @@ def _face_manifold(p_r, R_r, h_r, k, p_i, R_i, h_i, tie):
     P = jnp.concatenate(points)
     valid = jnp.concatenate(valid)
     valid = jnp.where(jnp.any(valid), valid, jnp.arange(P.shape[0]) < 4)  # nothing inside: the incident face
-    idx = _spread(P[:, :2], P[:, 2], valid, tie, count=6)
+    idx = _spread(P[:, :2], P[:, 2], valid, tie, count=8)
     P = P[idx]
     gap = P[:, 2]
     x = c_f + P @ frame - 0.5 * gap[:, None] * n_r
@@ -334,7 +332,7 @@ def _mirror_contact(c, u, l, t0, p, R, h, h_distance):
 def box_box(a, b, dim):
     """Box-box: SAT, the clipped face manifold or the edge-edge contact, exact distance when separated.
 
-    Capacity 6 in 3D, 2 in planar scenes (see the module docstring).
+    Capacity 8 in 3D, 2 in planar scenes (see the module docstring).
     """
     if dim == 2:
         return _box_box_2d(a, b)
@@ -366,16 +364,16 @@ def box_box(a, b, dim):
     gap_e = jnp.stack([(xb - xa) @ n_e, gb, (xb - xa) @ n_e, ga])
     n_ee = jnp.stack([n_e, nb, n_e, -na])
     x_e = jnp.stack([0.5 * (xa + xb), Pb - 0.5 * gb * nb, 0.5 * (xa + xb), Pa - 0.5 * ga * na])
-    # An edge-edge axis keeps the edge contacts' 3 distinct points and 3 of the face manifold's widest quadrilateral
-    # (not its deepest point, which lies by the edge contact): within the step the boxes may turn face to face, and
+    # An edge-edge axis keeps the edge contacts' 3 distinct points and the face polygon's vertices 2 to 6 (its
+    # deepest lies by the edge contact): within the step the boxes may turn face to face, and
     # those points are the ones about to touch. A point of one box inside the other is never deeper than the
     # penetration depth (the edge axis' overlap), which bounds their depths.
-    n_f = jnp.broadcast_to(n_f, (6, 3))
-    gap_fe = jnp.maximum(gap_f[1:4], sep_edge[ke])
+    n_f = jnp.broadcast_to(n_f, (8, 3))
+    gap_fe = jnp.maximum(gap_f[1:6], sep_edge[ke])
     e3 = jnp.array([0, 1, 3])
     gap = jnp.where(on_edge, jnp.concatenate([gap_e[e3], gap_fe]), gap_f)
-    n = jnp.where(on_edge, jnp.concatenate([n_ee[e3], n_f[1:4]]), n_f)
-    x = jnp.where(on_edge, jnp.concatenate([x_e[e3], x_f[1:4]]), x_f)
+    n = jnp.where(on_edge, jnp.concatenate([n_ee[e3], n_f[1:6]]), n_f)
+    x = jnp.where(on_edge, jnp.concatenate([x_e[e3], x_f[1:6]]), x_f)
     separated = jnp.maximum(jnp.max(sep_face), jnp.max(sep_edge)) > 0
     dist, wa, wb, n_star = _box_box_distance(pa, Ra, ha, pb, Rb, hb)
     return _with_exact(gap, n, x, separated, dist, n_star, 0.5 * (wa + wb), size)[:3]

@@ -105,7 +105,7 @@ def _box_capacity(dim):
 
 
 def _box_box_capacity(dim):
-    return 6 if dim == 3 else 2
+    return 8 if dim == 3 else 2
 
 
 # (kind a, kind b) -> (closed form, capacity(dim)); kinds in the order of KINDS.

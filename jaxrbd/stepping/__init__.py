@@ -26,6 +26,7 @@ from ._schemes import StewartTrinkle as StewartTrinkle
 from ._solver import StepSolver as StepSolver
 from ._status import StepStatus as StepStatus
 from ._sweeps import AUTO_SIZE as AUTO_SIZE
+from ._sweeps import AUTO_SIZE_COUPLED as AUTO_SIZE_COUPLED
 from ._sweeps import ContactSweeps as ContactSweeps
 from ._types import ContactImpulses as ContactImpulses
 from ._types import StepStats as StepStats

@@ -18,7 +18,7 @@ from ._rows import default_cone
 from ._schemes import Scheme, StewartTrinkle
 from ._solver import StepSolver
 from ._status import StepStatus, parameter_status, step_status
-from ._sweeps import AUTO_SIZE, ContactSweeps
+from ._sweeps import ContactSweeps
 from ._types import Trajectory
 
 
@@ -48,8 +48,10 @@ def choose_solver(system, state, *, scheme=None, solver=None, friction=None, res
 
     - A step solver that was given runs, or a ValueError says why it cannot
       (`StepSolver.supports`); a complementarity solver given runs the dense step.
-    - Without one: a scene of rigid bodies whose dense step problem has more than
-      `AUTO_SIZE` rows, and that `ContactSweeps` supports, runs on `ContactSweeps`;
+    - Without one: a scene of rigid bodies that `ContactSweeps` supports, whose
+      dense step problem has more rows than `ContactSweeps.auto_size` (`AUTO_SIZE`
+      when no two contacts share a moving body, else `AUTO_SIZE_COUPLED`), runs on
+      `ContactSweeps`;
       everything else on the dense step with `SemismoothNewton()`.
 
     Returns:
@@ -65,10 +67,10 @@ def choose_solver(system, state, *, scheme=None, solver=None, friction=None, res
             raise ValueError(f"solver={chosen.name}: {reason}")
         return chosen
     sweeps = ContactSweeps()
-    ng = jax.eval_shape(system.constraint, state.q).shape[0]
-    large = cone.size(system.ncontacts(state.q), ng) > AUTO_SIZE
-    if large and sweeps.supports(system, scheme, cone, restitution, grad_smoothing) is None:
-        return sweeps
+    if sweeps.supports(system, scheme, cone, restitution, grad_smoothing) is None:
+        ng = jax.eval_shape(system.constraint, state.q).shape[0]
+        if cone.size(system.ncontacts(state.q), ng) > sweeps.auto_size(system):
+            return sweeps
     return DenseStep()
 
 
