@@ -534,7 +534,7 @@ def box_stack(
     Box i has its centre at z = (2 i + 1) h_z + i spacing (spacing > 0: dropped by
     that much). With `all_pairs=False` (default) only neighbours in the stack
     touch each other and only the bottom box touches the table (4 contacts with
-    the table, 6 per pair of boxes: 6 n - 2 in all); `all_pairs=True` pairs
+    the table, 8 per pair of boxes: 8 n - 4 in all); `all_pairs=True` pairs
     every box with every other and with the table.
 
     Args:

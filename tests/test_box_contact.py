@@ -453,15 +453,15 @@ def test_gradients_are_finite_at_degenerate_poses(name):
 
 
 def test_box_pairs_build_with_their_capacities():
-    """Box-box (6 contacts, 2 planar), capsule-box (4) and capsule-capsule (2) are accepted by the builder."""
+    """Box-box (8 contacts, 2 planar), capsule-box (4) and capsule-capsule (2) are accepted by the builder."""
     b = rbd.SceneBuilder(collide_bodies=True)
     b.add_static("table", rbd.Box((1.0, 1.0, 0.05), position=(0.0, 0.0, -0.05)))
     b.add_body("crate", rbd.Box(0.1), mass=1.0, position=(0.0, 0.0, 0.1))
     b.add_body("rod", rbd.Capsule(0.03, 0.1), mass=1.0, position=(1.0, 0.0, 0.5))
     b.add_body("pin", rbd.Capsule(0.03, 0.1), mass=1.0, position=(-1.0, 0.0, 0.5))
     scene = b.build()
-    # box-box: crate-table 6; capsule-box: rod-table, pin-table, rod-crate, pin-crate 4 each; capsule-capsule 2.
-    assert scene.system.mu.shape == (6 + 4 * 4 + 2,)
+    # box-box: crate-table 8; capsule-box: rod-table, pin-table, rod-crate, pin-crate 4 each; capsule-capsule 2.
+    assert scene.system.mu.shape == (8 + 4 * 4 + 2,)
     b = rbd.SceneBuilder(dim=2)
     b.add_static("floor", rbd.Box((1.0, 0.05, 0.05), position=(0.0, -0.05, 0.0)))
     b.add_body("block", rbd.Box(0.1), mass=1.0, position=(0.0, 0.1))

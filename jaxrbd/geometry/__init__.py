@@ -8,7 +8,7 @@
   contact point x (the midpoint of the two witness points). Gaps are exact signed
   distances of the convex primitives (box-plane: the signed distances of the
   lowest corners), so the rows built from n and x are grad f exactly;
-- `_boxes`: box-box (separating axes, the clipped face manifold, 6 contacts; 2
+- `_boxes`: box-box (separating axes, the clipped face manifold, 8 contacts; 2
   in planar scenes), capsule-box (4) and capsule-capsule (2); the
   least gap of a pair is its exact signed distance, each contact's gap the exact
   distance of its point to the reference face;
