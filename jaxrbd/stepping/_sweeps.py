@@ -59,12 +59,13 @@ from ._types import ContactImpulses, StepStats
 # global Newton is both faster and exact.
 AUTO_SIZE = 300
 # The same where contacts share bodies (a box on the table, a stack, a pile): there
-# Gauss-Seidel needs rounds of sweeps and may stop short of the tolerance, and the
-# dense step stays ahead to larger sizes. Measured on a 2-core CPU in float64,
-# Stewart-Trinkle at rest under load: box_stack(5), 360 rows, dense 5.7 ms a step
-# against 53 (ContactSweeps left 4 of 1,000 steps unsolved and crept 4.7e-7 m; the
-# dense step solved every step to 1.5e-11); box_stack(10), 760 rows, 76 against 170.
-# The dense step's cubic cost meets the sweeps' near 1,000 rows.
+# Gauss-Seidel needs rounds of sweeps, more the longer the chains of coupled
+# contacts, and the dense step stays ahead to larger sizes. Measured with
+# `benchmarks/bench_auto_size.py` (2-core CPU, float64, Stewart-Trinkle, resting
+# stacks): box_stack(5), 360 rows, dense 3.2 ms a step against 20; box_stack(10),
+# 760 rows, 43 against 96; box_stack(14), 1,080 rows, 95 against 622. A tall stack
+# is the sweeps' worst case; beyond 1,000 rows the dense step's cubic cost (0.1 s
+# a step there) is what bounds it, and shorter chains favour the sweeps.
 AUTO_SIZE_COUPLED = 1000
 # Gauss-Seidel sweeps per step when contacts share bodies; one sweep is exact when they do not.
 COUPLED_SWEEPS = 100
