@@ -255,7 +255,9 @@ class SemismoothNewton(Solver):
     that has not converged after `iterations` steps, or stalls, goes on to
 
       1. a cold restart from z = 0 (at most `iterations` steps, kept if better);
-      2. (LCPs, `fallback=True`) `Lemke`, then a polish.
+      2. (LCPs, `fallback=True`) `Lemke`, then a polish;
+      3. where Lemke failed too, Newton again from the best point found (at most
+         `iterations` steps).
 
     Both are loops whose predicate is false for a converged lane, so when every
     lane converged (the common case, also under `vmap`) they cost nothing. None of
