@@ -152,8 +152,11 @@ class ContactSweeps(StepSolver):
 
     def auto_size(self, system):
         """The dense size above which `choose_solver` picks this solver for `system` (a scene it supports):
-        `AUTO_SIZE` when no two contacts share a moving body, else `AUTO_SIZE_COUPLED`."""
-        return AUTO_SIZE if len(_colors(system.bodies)) == 1 else AUTO_SIZE_COUPLED
+        `AUTO_SIZE` when no two contacts share a moving body, else `AUTO_SIZE_COUPLED` (also with a broad
+        phase, whose slots' bodies change with q)."""
+        model = system.bodies
+        uncoupled = not model.dynamic and len(_colors(model)) == 1
+        return AUTO_SIZE if uncoupled else AUTO_SIZE_COUPLED
 
     def init(self, system, state, cone):
         return jnp.zeros((system.ncontacts(state.q), cone.k + 2), state.q.dtype)
