@@ -245,12 +245,12 @@ def _clip_to_square(poly, half):
     """Sutherland-Hodgman: the polygon (m, 2), counter-clockwise, clipped to the square |x|, |y| <= half."""
     for axis in (0, 1):
         for side in (-1.0, 1.0):
-            inside = lambda p: side * p[axis] <= half
             out = []
             for p, q in zip(poly, np.roll(poly, -1, axis=0)):
-                if inside(p):
+                p_in, q_in = side * p[axis] <= half, side * q[axis] <= half
+                if p_in:
                     out.append(p)
-                if inside(p) != inside(q):
+                if p_in != q_in:
                     t = (side * half - p[axis]) / (q[axis] - p[axis])
                     out.append(p + t * (q - p))
             poly = np.asarray(out)
