@@ -241,6 +241,37 @@ def test_box_turning_from_an_edge_onto_a_box_stays_within_the_second_order_bound
     _assert_one_step_within_the_second_order_bound(scene, ("light", "heavy"), reach)
 
 
+# The three bodies of the `box_stack` draw that found the capsule and octagon defects (its sphere, far away, left
+# out): name -> (shape, mass), and the pairs' friction coefficients.
+_DRAW_BODIES = {
+    "box": (rbd.Box((0.13288017886239184, 0.12316344968793991, 0.19201670272049232)), 1.0755567373898487),
+    "capsule": (rbd.Capsule(0.09091755569187915, 0.19999999999999998), 369.9228526854704),
+    "base": (rbd.Box((0.07008799653937556, 0.16148540687842644, 0.0838)), 0.8047897085381577),
+}
+_DRAW_MU = {
+    ("ground", "box"): 1.933903306173172,
+    ("ground", "capsule"): 1e-14,
+    ("ground", "base"): 2.4704061218864354e-80,
+    ("base", "box"): 1.7343958291093369,
+    ("capsule", "base"): 0.2356398264338942,
+    ("capsule", "box"): 0.3523,
+}
+
+
+def _draw_scene(states):
+    """The draw's scene with each body at its exact state: states, name -> (q hex, v hex), in the scene's order."""
+    b = rbd.SceneBuilder(dim=3)
+    b.add_static("ground", rbd.Plane())
+    for name, (q, v) in states.items():
+        shape, mass = _DRAW_BODIES[name]
+        _body_at(b, name, shape, mass, q, v)
+    for pair, mu in _DRAW_MU.items():
+        b.set_pair(*pair, mu=mu)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the exact states overlap by round-off
+        return b.build()
+
+
 @pytest.mark.slow
 def test_heavy_capsule_turning_onto_a_box_stays_within_the_second_order_bound():
     """A 370 kg capsule landing on a 1.1 kg box (itself on a 0.8 kg box), spinning at 3 rad/s.
@@ -254,38 +285,25 @@ def test_heavy_capsule_turning_onto_a_box_stays_within_the_second_order_bound():
     the ones that run reached (float.hex); the sphere of the draw, 1 m away, is
     left out.
     """
-    b = rbd.SceneBuilder(dim=3)
-    b.add_static("ground", rbd.Plane())
-    box = (0.13288017886239184, 0.12316344968793991, 0.19201670272049232)
-    radius, half_length = 0.09091755569187915, 0.19999999999999998
+    states = {}
     q = ["0x1.fd4c76947593fp-4", "-0x1.3d27dc28fdfe9p-4", "0x1.2e129fa84bab2p-2", "0x1.67f414fbc08b1p-1"]
     q += ["0x1.61abc63f9d90ap-1", "-0x1.019ed20e0ec46p-3", "-0x1.cec799d5e7674p-4"]
     v = ["0x1.d60dbf79396ccp-3", "-0x1.3cad931587c32p-1", "0x1.2484d910b4d84p-3"]
     v += ["-0x1.cdacaa5efae16p+1", "0x1.1bedd2cbf20a5p+1", "0x1.5838c5c149574p-1"]
-    _body_at(b, "box", rbd.Box(box), 1.0755567373898487, q, v)
+    states["box"] = (q, v)
     q = ["-0x1.55029d45c0ebfp-11", "0x1.982172c460c02p-12", "0x1.019ce56e7f4c5p-1", "0x1.84fde3b558e17p-2"]
     q += ["0x1.8ef4a535cc880p-6", "-0x1.6aeebcd1007a2p-1", "0x1.300a0ca8037aap-1"]
     v = ["-0x1.085129398aa76p-9", "0x1.9b5bed6c24036p-9", "-0x1.053c3379bffd4p-3"]
     v += ["-0x1.7159ca869166fp+0", "-0x1.69808c05b0efep+1", "-0x1.61f783a21149bp-1"]
-    _body_at(b, "capsule", rbd.Capsule(radius, half_length), 369.9228526854704, q, v)
+    states["capsule"] = (q, v)
     q = ["0x1.0ff6c199e0f35p-3", "-0x1.34f17c9e9e084p-4", "0x1.573eab367a0f8p-4", "0x1.e755375a3c720p-55"]
     q += ["0x1.f398540947df3p-1", "0x1.c015f52cbb2d3p-3", "-0x1.fe8ad83c59ec4p-56"]
     v = ["0x1.3d88e5d6b7112p-1", "-0x1.3b60de8aa6f2ep-1", "0x1.1e00000000000p-48"]
     v += ["-0x1.263531e0f45afp-46", "-0x1.9388fda137930p-45", "0x1.65a1f92dced8ep+2"]
-    _body_at(b, "base", rbd.Box((0.07008799653937556, 0.16148540687842644, 0.0838)), 0.8047897085381577, q, v)
-    for pair, mu in {
-        ("ground", "box"): 1.933903306173172,
-        ("ground", "capsule"): 1e-14,
-        ("ground", "base"): 2.4704061218864354e-80,
-        ("base", "box"): 1.7343958291093369,
-        ("capsule", "base"): 0.2356398264338942,
-        ("capsule", "box"): 0.3523,
-    }.items():
-        b.set_pair(*pair, mu=mu)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the exact states overlap by round-off
-        scene = b.build()
-    reach = math.hypot(*box) + radius + half_length
+    states["base"] = (q, v)
+    scene = _draw_scene(states)
+    capsule = _DRAW_BODIES["capsule"][0]
+    reach = math.hypot(*_DRAW_BODIES["box"][0].half_extents) + capsule.radius + capsule.half_length
     _assert_one_step_within_the_second_order_bound(scene, ("capsule", "box"), reach)
 
 
@@ -300,39 +318,24 @@ def test_box_under_a_heavy_capsule_tipping_over_a_vertex_of_the_octagon_stays_wi
     bound is 0.12 mm. Box-box now keeps all 8. The states are the ones that run
     reached (float.hex); the sphere of the draw, 0.8 m away, is left out.
     """
-    b = rbd.SceneBuilder(dim=3)
-    b.add_static("ground", rbd.Plane())
-    base, box = (
-        (0.07008799653937556, 0.16148540687842644, 0.0838),
-        (0.13288017886239184, 0.12316344968793991, 0.19201670272049232),
-    )
+    states = {}
     q = ["0x1.0116680214ee3p-3", "-0x1.339ee3f4996c2p-4", "0x1.573eab367a101p-4", "-0x1.4f9d1f5ab9783p-51"]
     q += ["0x1.f5fde34ed6d34p-1", "0x1.92f46a9980503p-3", "-0x1.328164e085102p-51"]
     v = ["0x1.3d084521b285ap-2", "-0x1.4b3b19124b7dep-2", "0x1.3500000000000p-48"]
     v += ["-0x1.0a9db9e5f2514p-43", "0x1.ef9b9aeaa5018p-43", "-0x1.122cd247fd21fp-2"]
-    _body_at(b, "base", rbd.Box(base), 0.8047897085381577, q, v)
+    states["base"] = (q, v)
     q = ["0x1.fd2a59911ae10p-4", "-0x1.31e9f42cc8984p-4", "0x1.2b28ee0f3c20fp-2", "0x1.654167916b31ep-1"]
     q += ["0x1.649ff18577894p-1", "-0x1.f30ee61138e78p-4", "-0x1.d531b0d86d846p-4"]
     v = ["0x1.1e3ed006a09afp-2", "-0x1.f05045f7065f8p-3", "0x1.4f32fbcb945e4p-4"]
     v += ["-0x1.514b7bcac3ac9p-1", "-0x1.e7f4cbaa0812dp-3", "-0x1.1802bc27908fep-2"]
-    _body_at(b, "box", rbd.Box(box), 1.0755567373898487, q, v)
+    states["box"] = (q, v)
     q = ["-0x1.4cace1ec4ca0ap-11", "0x1.8f06c6296a8ddp-12", "0x1.0257c595c3079p-1", "0x1.7e575d20793bdp-2"]
     q += ["0x1.a15efab8f013ap-7", "-0x1.6bc1abb5999afp-1", "0x1.3158b0740b77cp-1"]
     v = ["-0x1.85a0e29fd7070p-10", "0x1.712f9d90227f6p-10", "-0x1.08cfd77392e90p-6"]
     v += ["-0x1.5d7b7a28a9deap+0", "-0x1.7244885b86eb5p+1", "-0x1.658293a48695ep-1"]
-    _body_at(b, "capsule", rbd.Capsule(0.09091755569187915, 0.19999999999999998), 369.9228526854704, q, v)
-    for pair, mu in {
-        ("ground", "base"): 2.4704061218864354e-80,
-        ("ground", "box"): 1.933903306173172,
-        ("ground", "capsule"): 1e-14,
-        ("base", "box"): 1.7343958291093369,
-        ("capsule", "base"): 0.2356398264338942,
-        ("capsule", "box"): 0.3523,
-    }.items():
-        b.set_pair(*pair, mu=mu)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the exact states overlap by round-off
-        scene = b.build()
+    states["capsule"] = (q, v)
+    scene = _draw_scene(states)
+    base, box = _DRAW_BODIES["base"][0].half_extents, _DRAW_BODIES["box"][0].half_extents
     _assert_one_step_within_the_second_order_bound(scene, ("base", "box"), math.hypot(*base) + math.hypot(*box))
 
 
