@@ -13,7 +13,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from test_hostile import ENERGY_RTOL, GAP_ROUNDOFF, Draw, G, H, run_and_check, system_of, values
+from test_hostile import (
+    ENERGY_RTOL,
+    GAP_ROUNDOFF,
+    Draw,
+    G,
+    H,
+    check_run,
+    run_and_check,
+    run_forward,
+    system_of,
+    values,
+)
 
 import jaxrbd as rbd
 
@@ -608,3 +619,255 @@ def test_newton_goes_on_where_lemke_fails_on_a_badly_scaled_step():
     solved = rbd.solve_lcp(A, b, solver=rbd.SemismoothNewton())
     assert bool(solved.converged)
     assert float(solved.residual) <= 1e-10
+
+
+@pytest.mark.slow
+def test_contact_sweeps_dense_fallback_solves_a_box_with_a_ball_on_it_beside_a_heavy_capsule():
+    """Step 80 of a `mixed6` draw, Stewart-Trinkle on `ContactSweeps`: a 1 kg box, a 1.2 kg ball on it, a 99 kg capsule beside.
+
+    The box stands on the ground with the ball on top, and the capsule lies on
+    the ground 7e-6 m from the box.
+
+    Found by the Stewart-Trinkle profile of the hostile suite: the sweeps stalled
+    on the coupled step (mass ratio 1e2 across the box, friction coefficients from 1e-308 to 1.7), and the dense
+    fallback, Lemke alone, ended on a ray. The step was reported unsolved
+    (residual 3.9e-4) and the box ended 3.9e-6 m in the ground, where the
+    second-order bound is 1.6e-7 m. The dense fallback is now `SemismoothNewton`
+    (Newton from the sweeps' point, Lemke, Newton again), which solves the step to
+    1e-12. One step from the exact state that run reached (float.hex).
+    """
+    d = _mixed6_draw()
+    q = [
+        [
+            "0x1.3d2af78ce49b3p-1",
+            "-0x1.61445d8a66a09p-4",
+            "0x1.429a60773f5eep-4",
+            "-0x1.3ecbb3dfb671cp-1",
+            "-0x1.580d8cd27d12fp-1",
+            "0x1.c2d105f1fd51ep-3",
+            "-0x1.572767ec62f36p-2",
+        ],
+        [
+            "-0x1.41e741c352e3cp-7",
+            "-0x1.e8e3a1e469c25p-5",
+            "0x1.5a27f85923984p-4",
+            "0x1.6a09e667f3bc8p-1",
+            "0x1.6a09e667f3bcap-1",
+            "-0x1.30b961d726113p-26",
+            "-0x1.aa53f153f6cf2p-26",
+        ],
+        [
+            "0x1.d063e8cb91dedp-1",
+            "0x1.df2be11dce967p-4",
+            "0x1.99999b6789959p-5",
+            "0x1.fda01f04bed3cp-1",
+            "-0x1.afa18b950354dp-38",
+            "0x1.4822767cbd7dbp-41",
+            "-0x1.8a0689b83e3fbp-4",
+        ],
+        [
+            "0x1.e192b52ee92eep-1",
+            "0x1.4617857e81148p-11",
+            "0x1.d89d65ca6ec03p-3",
+            "-0x1.0b0e71b9ddf55p-1",
+            "-0x1.682f9b91e307bp-1",
+            "0x1.b1224fed4b007p-4",
+            "-0x1.e2537876088adp-2",
+        ],
+        [
+            "0x1.0000000000000p+1",
+            "-0x1.4ddd6aebe62ffp-91",
+            "0x1.535a858793dd9p-3",
+            "0x1.cb68ad22040ddp-2",
+            "-0x1.b5013b222f043p-1",
+            "-0x1.7fbc6a9428132p-3",
+            "-0x1.7fbc6a942819ap-3",
+        ],
+        [
+            "0x1.8000000000000p+1",
+            "0x1.a925a62cc9bbep-88",
+            "0x1.8b16ec76cce10p-4",
+            "0x1.e20ef30172b9fp-58",
+            "-0x1.9ce495a8446a8p-3",
+            "-0x1.f57c9bf8b7d71p-1",
+            "0x1.15a1df1fc274ep-57",
+        ],
+    ]
+    v = [
+        [
+            "0x1.c0938c250205ep-4",
+            "-0x1.65614013e64b5p-4",
+            "0x1.0000000000000p-55",
+            "-0x1.0e9223666c9a0p-4",
+            "0x1.778eeea0d7720p-2",
+            "0x1.148f2beac84c3p+0",
+        ],
+        [
+            "0x1.59b2e1e054379p-27",
+            "-0x1.2aa5326d75145p-50",
+            "-0x1.2000000000000p-53",
+            "0x1.e37e1d7f2e8d0p-51",
+            "0x1.ff52d0b7edbf5p-24",
+            "0x1.481c00e2784c7p-74",
+        ],
+        [
+            "0x1.72acb97f8aa00p-12",
+            "0x1.d823204385500p-10",
+            "-0x1.6462f81a22240p-8",
+            "-0x1.26c3e33793d7dp-5",
+            "0x1.ced6a47de922ep-8",
+            "-0x1.10e0e60000000p-27",
+        ],
+        [
+            "-0x1.1abbb9531819fp-4",
+            "0x1.0125d65b4d250p-10",
+            "-0x1.8bd99d5d7d740p-10",
+            "0x1.47fbee5dcecb0p-6",
+            "-0x1.1106980f43f01p-1",
+            "0x1.8a376610e1540p-22",
+        ],
+        [
+            "0x1.a5ab19d47e029p-92",
+            "-0x1.1712305e7aadep-89",
+            "0x0.0p+0",
+            "-0x1.1e38ceb646d36p+2",
+            "0x1.e35c220387701p-48",
+            "-0x1.497adaaccaff1p+0",
+        ],
+        [
+            "0x1.e8db3ddd69615p-90",
+            "0x1.138ca30964fafp-86",
+            "0x1.3000000000000p-48",
+            "0x1.0cf2bd313ce38p-55",
+            "0x1.c202e7e7d2fe4p-52",
+            "0x1.6fd1ddf95de81p-4",
+        ],
+    ]
+    exact = lambda rows: np.asarray([float.fromhex(x) for row in rows for x in row])
+    d = dataclasses.replace(d, q=exact(q), v=exact(v))
+    traj, energy, gaps = run_forward(d.structure, "stewart_trinkle", 1)(values(d))
+    assert bool(traj.stats.converged[0]), np.asarray(traj.stats.residual)
+    check_run(d, "stewart_trinkle", traj, energy, gaps)
+
+
+def _mixed6_draw():
+    """The `mixed6` draw of the test above: capsules of 99 and 274 kg, two 1 kg boxes, balls of 1.2 and 1 kg."""
+    d = Draw(
+        structure="mixed6",
+        sizes=(
+            (0.07876050645787533, 0.19999999999999998),
+            (0.08451077471747764, 0.12219705386481107),
+            (0.2, 0.14832921205066224, 0.05),
+            (0.13076902273670782,),
+            (0.1657,),
+            (0.1867190579438447, 0.18973383778222802, 0.09645740860724339),
+        ),
+        mass=[99.31427873285945, 273.8388799877771, 1.0, 1.191229946158242, 1.0, 1.0],
+        mu=[
+            0.1901478366226957,
+            0.3227,
+            1.668734615770132,
+            5.778010187540121e-86,
+            0.3347889094730601,
+            2.3046536839238866e-290,
+            2.2250738585072014e-308,
+            1.6250736603966582,
+            0.6306523717116056,
+            8.218465708351889e-155,
+            1.0,
+            2.225073858507203e-309,
+            1.4784402465041897,
+            1.4753422966521057,
+            1.3190545707255061,
+            0.20923438149368861,
+            9.898565097737166e-26,
+            2.225073858507203e-309,
+            6.478078095064704e-258,
+            0.785374488865654,
+            0.33580013590530117,
+        ],
+        e=2.0492208067945442e-132,
+        q=[
+            0.0,
+            0.0,
+            0.2808451882348397,
+            0.7071067811865476,
+            0.7071067811865476,
+            0.0,
+            0.0,
+            -0.009823713666245806,
+            0.0,
+            0.7128934463161822,
+            1.0,
+            0.0,
+            0.0,
+            0.0,
+            1.0,
+            0.0,
+            0.10291895217093026,
+            1.0,
+            0.0,
+            0.0,
+            0.0,
+            1.0,
+            6.354565744077386e-220,
+            0.2836879749076381,
+            -0.5359076721691085,
+            -0.7710219781123274,
+            0.01120479104066574,
+            -0.34380594648111606,
+            2.0,
+            0.0,
+            0.1657,
+            0.7071067811865476,
+            0.7071067811865476,
+            0.0,
+            0.0,
+            3.0,
+            0.0,
+            0.24292966678585082,
+            0.2784799370299407,
+            -0.22295598317757467,
+            -0.9152304167735903,
+            0.18733082621277697,
+        ],
+        v=[
+            1.2126052248152783,
+            0.15704838754405914,
+            0.001,
+            -4.692832192798573,
+            4.6365049851745095,
+            -1.4475952221586748,
+            0.0,
+            0.0,
+            0.0,
+            2.7583230211174765,
+            -5.960464477539063e-08,
+            -2.1058562290029556e-196,
+            -1.0,
+            1.1611533079081964,
+            -9.300767532725012e-286,
+            -1.873161011534111e-278,
+            3.280431702036548,
+            1.1754943508222875e-38,
+            -0.09690654807892551,
+            4.751871256176019e-129,
+            0.823382992235373,
+            0.0,
+            0.0,
+            0.0,
+            -1.7545288146080392e-51,
+            3.931699405615454e-75,
+            -1.750277297473489,
+            -4.47221725273571,
+            -4.003359183127329e-304,
+            -1.2870308563096962,
+            0.0,
+            0.0,
+            0.0,
+            -2.337165952374684e-51,
+            0.1657,
+            0.09247065562893653,
+        ],
+    )
+    return dataclasses.replace(d, **{k: np.asarray(getattr(d, k)) for k in ("mass", "mu", "q", "v")})

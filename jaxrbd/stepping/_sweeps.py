@@ -41,7 +41,7 @@ import numpy as np
 from .. import dynamics
 from .._problems import LCP, natural_residual
 from .._validate import check_value
-from ..complementarity import Adjoint, Lemke, SemismoothNewton, implicit_solve, within_tolerance
+from ..complementarity import Adjoint, SemismoothNewton, implicit_solve, within_tolerance
 from ..complementarity._fb import fischer_burmeister_partials
 from ..complementarity._implicit import PINV_RTOL_FACTOR, min_norm_lstsq
 from ..complementarity._solvers import default_tol
@@ -94,7 +94,8 @@ class ContactSweeps(StepSolver):
             polygon (`PolyhedralCone(k)`) is solved exactly (`enumerate_contact`).
         fallback: solve a contact's LCP by Lemke when Newton leaves it above `tol`.
         dense_fallback: solve a step that the sweeps leave above `tol` once more as
-            one dense LCP by Lemke's pivoting; block Gauss-Seidel stalls
+            one dense LCP by `SemismoothNewton` (with its Lemke fallback); block
+            Gauss-Seidel stalls
             on coupled stacks with mass ratios of 1e4 and more. It costs nothing
             in a step whose sweeps converged. Its gradient still comes from the
             adjoint sweeps (as many as the forward ran), accurate only as far as
@@ -380,9 +381,11 @@ def _dense_fallback(blocks, z, fallback, tol):
     """A step the sweeps leave above `tol`, solved once more as one dense LCP; (z, fallback).
 
     Block Gauss-Seidel stalls on coupled stacks with mass ratios of 1e4 and more,
-    where `Lemke` (pivoting, then a Newton polish) still solves the dense
-    friction LCP. A loop of at most one trip: none when the sweeps converged,
-    also under `vmap` when every lane did. Kept only if it lowers the residual.
+    where `SemismoothNewton` (Newton from the sweeps' point, then Lemke, then
+    Newton from the best point) still solves the dense friction LCP; Lemke alone
+    ended on a ray in a hostile draw (Stewart-Trinkle, `mixed6`). A loop of at
+    most one trip: none when the sweeps converged, also under `vmap` when every
+    lane did. Kept only if it lowers the residual.
     """
     shape = z.shape
     F = lambda x: blocks.F(x.reshape(shape)).reshape(-1)  # affine: w = A z + b
@@ -394,7 +397,7 @@ def _dense_fallback(blocks, z, fallback, tol):
 
     def solve(state):
         A, b, (z, fallback, _) = _dense_lcp(blocks, shape, state)
-        dense = Lemke(tol=tol).run(LCP(A, b), z).z
+        dense = SemismoothNewton(tol=tol).run(LCP(A, b), z).z
         better = residual(dense) < residual(z)
         return jnp.where(better, dense, z), fallback | better, jnp.array(True)
 
