@@ -121,10 +121,7 @@ SCHEMES = {
 }
 DISSIPATIVE = ("anitescu_potra", "poisson")
 # The slow set's schemes: each takes about 10 minutes of one core (seven structures' gradient programs).
-# Stewart-Trinkle's profile passes on the dense step but finds an open defect of `ContactSweeps` with that
-# scheme (a `mixed6` draw: a 1 kg box 8.9e-6 m into the ground after step 80, second-order bound 1.7e-7 m),
-# and its long profile one of the dense step (a step reported unsolved); both in the README.
-SLOW_SCHEMES = ("anitescu_potra", "poisson")
+SLOW_SCHEMES = ("anitescu_potra", "poisson", "stewart_trinkle")
 
 
 def _shape(kind, size):
