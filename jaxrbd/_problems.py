@@ -23,11 +23,16 @@ class LCP(eqx.Module):
         A: (n, n) matrix.
         b: (n,) vector.
         n_free: static number of leading equality rows.
+        counts: static layout of a friction LCP (`friction_lcp`): the number of
+            friction directions of each contact, whose rows follow the equalities
+            as [normal (nc), friction (sum(counts)), cone (nc)]; None for any other
+            LCP. The solvers' fallback uses it (`SemismoothNewton`).
     """
 
     A: jax.Array
     b: jax.Array
     n_free: int = eqx.field(static=True, default=0)
+    counts: tuple[int, ...] | None = eqx.field(static=True, default=None)
 
     @property
     def size(self) -> int:
@@ -190,4 +195,4 @@ def friction_lcp(M, N, D, mu, counts, b, *, bn=None, row_active=None, J=None, bj
         keep = jnp.concatenate([jnp.ones((ng,), dtype), row_active.astype(dtype)])
         A = A * keep[:, None] * keep[None, :] + jnp.diag(1.0 - keep)
         q = q * keep + (1.0 - keep)
-    return FrictionLCP(LCP(A, q, ng), M, b, N, D, J, counts)
+    return FrictionLCP(LCP(A, q, ng, counts), M, b, N, D, J, counts)

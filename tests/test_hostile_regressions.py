@@ -871,3 +871,189 @@ def _mixed6_draw():
         ],
     )
     return dataclasses.replace(d, **{k: np.asarray(getattr(d, k)) for k in ("mass", "mu", "q", "v")})
+
+
+@pytest.mark.slow
+def test_lemke_solves_the_closing_contacts_first_on_a_step_it_fails_on_whole():
+    """Step 54 of a `box_stack` draw (Stewart-Trinkle, gradient program): a 300-row LCP, condition number 7e22.
+
+    Found by the long profile of the hostile suite: Newton stalled at 1.9e-4 and
+    Lemke ended on a secondary ray, so the step was reported unsolved and the box
+    ended 1.5e-10 m in the ground (second-order bound 2e-11 m). Restricted to the
+    contacts within 1 cm (11 of 30), the same problem solves to 5e-13. Where Lemke
+    fails on a friction LCP, it now runs on the contacts the free motion closes,
+    then on those and the ones their solution penetrates, the others completed
+    (`_lemke_near_first`). The LCP without its layout (`solve_lcp`) still fails,
+    and so does each stage alone; the step's friction LCP is solved to 1e-10.
+    The state is the one that run reached (float.hex).
+    """
+    d = _box_stack_draw()
+    system = system_of(d.structure, values(d))
+    q = [
+        [
+            "-0x1.783f6c69de12cp-5",
+            "0x1.5444a8c7f99d8p-5",
+            "0x1.22721572c3840p-3",
+            "0x1.f7d2913c2337ep-1",
+            "-0x1.1c628916a3d86p-3",
+            "-0x1.fdfb758f5919cp-7",
+            "0x1.c3bf74d0416f0p-4",
+        ],
+        [
+            "-0x1.3fd71c69cbdd2p-1",
+            "0x1.813b864109ccfp-1",
+            "0x1.0b5920ca519e1p-4",
+            "0x1.d06b4d9e547dbp-2",
+            "0x1.d06b4d9e547d8p-2",
+            "-0x1.15c29a8fe4fdbp-1",
+            "-0x1.15c29a8fe4fdcp-1",
+        ],
+        [
+            "-0x1.5777dcbf3b469p-5",
+            "0x1.27c3f4f526be5p-4",
+            "0x1.5854c60a4d900p-2",
+            "-0x1.9ca70614fe5eep-2",
+            "0x1.cf04530d9baa9p-6",
+            "0x1.44d144a460b6dp-1",
+            "-0x1.516d9af38ab1cp-1",
+        ],
+        [
+            "0x1.a6cb3ef45b8a7p-1",
+            "0x1.7c97bedd6eea6p-1",
+            "0x1.2af10050af34cp-3",
+            "-0x1.38a4d1819ff7cp-3",
+            "0x1.7d46423924789p-4",
+            "0x1.7a07d3dc3e5fcp-1",
+            "-0x1.4cf371d39c63cp-1",
+        ],
+    ]
+    v = [
+        [
+            "-0x1.a3d3e211b51eap-6",
+            "0x1.ce5749b7e49b5p-4",
+            "0x1.fb24402576cb0p-7",
+            "-0x1.97f8200bd80e9p-1",
+            "-0x1.72749e6eb5676p-3",
+            "0x1.a223873a095c7p-40",
+        ],
+        [
+            "-0x1.d824768e0ed7cp-49",
+            "-0x1.a7e00b5eea88ep-52",
+            "0x1.8000000000000p-52",
+            "0x1.d96e8cbce7ffcp-48",
+            "-0x1.59feeda5f21e4p-45",
+            "-0x1.010004f06ac82p-45",
+        ],
+        [
+            "-0x1.4d67838ea8f5fp-6",
+            "0x1.f1352873c1cc1p-3",
+            "0x1.ddbda0113d100p-10",
+            "-0x1.84930e917651dp-2",
+            "0x1.c218f19249924p-2",
+            "-0x1.25103a5ab9442p-3",
+        ],
+        [
+            "-0x1.4a6492182832ap-2",
+            "0x1.606694484a406p+0",
+            "0x0.0p+0",
+            "0x1.34097213862b0p-1",
+            "0x1.316a876228f0bp+2",
+            "-0x1.0cfee4d9127f1p+2",
+        ],
+    ]
+    unhex = lambda rows: jnp.asarray([float.fromhex(x) for row in rows for x in row])
+    state = rbd.State(jnp.asarray(float.fromhex("0x1.147ae147ae14ap-1")), unhex(q), unhex(v))
+    cone = rbd.stepping.default_cone(system, jax.eval_shape(system.contacts, state.q))
+    problem, _ = rbd.stepping.step_problem_at(system, state, H, scheme=rbd.StewartTrinkle(), cone=cone)
+    lcp = problem.problem
+    assert lcp.A.shape == (300, 300) and len(lcp.counts) == 30
+    assert int(rbd.solve_lcp(lcp.A, lcp.b, solver=rbd.Lemke()).status) != int(rbd.Status.SUCCESS)
+    assert not bool(rbd.solve_lcp(lcp.A, lcp.b, solver=rbd.SemismoothNewton(fallback=False)).converged)
+    assert not bool(rbd.solve_lcp(lcp.A, lcp.b, solver=rbd.SemismoothNewton()).converged)
+    solved = rbd.complementarity.solve(lcp, solver=rbd.SemismoothNewton())
+    assert bool(solved.converged)
+    assert float(solved.residual) <= 1e-10
+
+
+def _box_stack_draw():
+    """The `box_stack` draw of the test above."""
+    d = Draw(
+        structure="box_stack",
+        sizes=(
+            (0.1503301991870814, 0.056934725630332056, 0.13118209216522114),
+            (0.0994883702746803, 0.06527054604257598, 0.11841769367095341),
+            (0.06369497003765533, 0.05761668056550932),
+            (0.14596748586873287,),
+        ),
+        mass=[0.01750357714570108, 2.719054132403132, 141.87450963285406, 189.00925003044088],
+        mu=[
+            0.4745980420874051,
+            1.38577432365276,
+            6.359823210545062e-254,
+            1e-15,
+            0.7019480886087545,
+            0.37411166569642257,
+            1.104016115712503e-126,
+            0.606694501766457,
+            0.7802046230237079,
+            1.225008278711104,
+        ],
+        e=0.3716279910792318,
+        q=[
+            0.0,
+            0.0,
+            0.2536657982091124,
+            1.0,
+            0.0,
+            0.0,
+            0.0,
+            -0.020829832988244784,
+            -2.225073858507e-311,
+            0.5838233649434378,
+            0.02123170847565479,
+            -0.1175413379085575,
+            -0.17648268229636838,
+            -0.9770297392031372,
+            -0.07082983298824479,
+            -3.157412779211461e-93,
+            0.8121793856415369,
+            -0.20748803690639078,
+            0.2808657986925669,
+            0.7194081031694215,
+            -0.6004290955305995,
+            1.0,
+            0.0,
+            0.2452501153999752,
+            1.0,
+            0.0,
+            0.0,
+            0.0,
+        ],
+        v=[
+            0.0,
+            0.0,
+            0.0,
+            0.3227,
+            2.039183584006122,
+            0.95,
+            -1.5659040916745628,
+            1.9,
+            1.0,
+            -0.0,
+            -0.012235586114676344,
+            4.736994136398474,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            -0.32264927170223023,
+            1.3765652348031514,
+            2.1657530478352536e-29,
+            0.6016345642883483,
+            4.772127004489512,
+            -4.203057491287998,
+        ],
+    )
+    return dataclasses.replace(d, **{k: np.asarray(getattr(d, k)) for k in ("mass", "mu", "q", "v")})

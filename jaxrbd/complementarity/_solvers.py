@@ -12,6 +12,7 @@ import numbers
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from .._problems import LCP, natural_residual
@@ -413,31 +414,100 @@ def _lemke_fallback(problem, raw, newton_options):
 
     A converged lane hands Lemke the trivial problem (A = I, b = 1), solved before
     the first pivot, so under `vmap` the batched while loop runs only as long as
-    the slowest failed lane needs. A lane that Lemke leaves unsolved as well (its
-    tableau's round-off on a badly scaled problem: a 1 g box beside a 32 kg one,
-    condition number 3e23, ended on a secondary ray scaled or not) goes on with
-    Newton from the best point found, for as many steps again (`newton_options`):
-    that problem took 55 steps, two starts of 30 stopping short. The loop makes no
-    step for the other lanes.
+    the slowest failed lane needs. Lemke runs on the closing contacts first where
+    it fails on a friction LCP (`_lemke_near_first`). A lane that Lemke leaves
+    unsolved as well (its tableau's round-off on a badly scaled problem: a 1 g box
+    beside a 32 kg one, condition number 3e23, ended on a secondary ray scaled or
+    not) goes on with Newton from the best point found, for as many steps again
+    (`newton_options`): that problem took 55 steps, two starts of 30 stopping
+    short. The loop makes no step for the other lanes.
     """
-    n = problem.size
     z, failed = raw.z, raw.fallback
-    masked = LCP(
-        jnp.where(failed, problem.A, jnp.eye(n, dtype=z.dtype)),
-        jnp.where(failed, problem.b, jnp.ones((n,), z.dtype)),
-        problem.n_free,
-    )
-    lemke = Lemke().run(masked, z)
-    residual = _residual(problem, z)
-    lemke_residual = _residual(problem, lemke.z)
-    better = failed & (lemke_residual < residual)
-    z = jnp.where(better, lemke.z, z)
-    residual = jnp.where(better, lemke_residual, residual)
     tol = newton_options["tol"]
+    residual = _residual(problem, z)
+    lemke_z, lemke_status, lemke_pivots = _lemke_near_first(problem, failed, tol)
+    lemke_residual = _residual(problem, lemke_z)
+    better = failed & (lemke_residual < residual)
+    z = jnp.where(better, lemke_z, z)
+    residual = jnp.where(better, lemke_residual, residual)
     still = failed & ~(residual <= tol)
     more = newton_solve(problem, z, row_scale(problem.jac(jnp.zeros_like(z))), run=still, **newton_options)
     z = jnp.where(still & (more.residual < residual), more.z, z)
     solved = still & (more.residual <= tol)
-    status = jnp.where(failed & ~solved, lemke.status, Status.SUCCESS)
-    iterations = raw.iterations + jnp.where(failed, lemke.iterations, 0) + jnp.where(still, more.iterations, 0)
+    status = jnp.where(failed & ~solved, lemke_status, Status.SUCCESS)
+    iterations = raw.iterations + jnp.where(failed, lemke_pivots, 0) + jnp.where(still, more.iterations, 0)
     return RawSolution(z, status, iterations, failed)
+
+
+NEAR_FIRST_ROUNDS = 3
+
+
+def _lemke_near_first(problem, run, tol):
+    """(z, status, pivots): `Lemke` on the LCP where `run`; on a friction LCP it fails on, on the closing contacts.
+
+    Found on a `box_stack` step (Stewart-Trinkle, 300 rows, condition number 7e22):
+    Newton stalled at 1.9e-4 and Lemke ended on a secondary ray, but the same
+    problem restricted to the 11 of its 30 contacts within 1 cm solved to 5e-13.
+    A contact that no impulse closes carries none: its normal and friction
+    impulses are 0, and its cone multiplier is the least that keeps its friction
+    rows nonnegative, max(0, -min_k w_k) (its cone row is then 0; it enters no
+    other row). Its rows in the problem only add degenerate pivots (the friction
+    rows tied at their minimum) whose round-off the tableau accumulates.
+
+    So where Lemke fails on the whole problem (`LCP.counts` gives the layout),
+    it runs again on the contacts that the free motion closes (normal offset
+    b_n <= 0), the others completed as above; then on those and every contact
+    the last solution penetrates (w_n < 0), up to NEAR_FIRST_ROUNDS rounds. A
+    `lax.while_loop` with one Lemke in its body, kept per lane only where it
+    lowers the residual; no trip beyond the first when no lane needs one.
+    """
+    n, dtype = problem.size, problem.b.dtype
+    eye, ones = jnp.eye(n, dtype=dtype), jnp.ones((n,), dtype)
+    counts = problem.counts
+
+    def lemke_on(rows):  # Lemke on the rows' principal subproblem; the others' z stay 0
+        keep = run & rows
+        A = jnp.where(keep[:, None] & keep[None, :], problem.A, eye)
+        masked = LCP(A, jnp.where(keep, problem.b, ones), problem.n_free)
+        return Lemke().run(masked, jnp.zeros((n,), dtype))
+
+    z = lemke_on(jnp.ones((n,), bool))
+    if counts is None or not counts:
+        return z.z, z.status, z.iterations
+    ng, nc, nd = problem.n_free, len(counts), sum(counts)
+    normal, friction, cone = ng + jnp.arange(nc), ng + nc + jnp.arange(nd), ng + nc + nd + jnp.arange(nc)
+    owner = jnp.asarray(np.repeat(np.arange(nc), counts))  # the contact of each friction row
+
+    def rows_of(contacts):
+        return jnp.ones((n,), bool).at[normal].set(contacts).at[friction].set(contacts[owner]).at[cone].set(contacts)
+
+    def complete(z, contacts):  # the cone multipliers of the contacts left out
+        w = problem.F(z)[friction]
+        least = jnp.maximum(-jax.ops.segment_min(w, owner, num_segments=nc), 0.0)
+        return z.at[cone].set(jnp.where(contacts, z[cone], least))
+
+    def needed(state):
+        k, _, grew, _, residual, *_ = state
+        return (k < NEAR_FIRST_ROUNDS) & jnp.any(run & grew & ~(residual <= tol))
+
+    def body(state):
+        k, contacts, _, best, residual, status, pivots = state
+        out = lemke_on(rows_of(contacts))
+        z = complete(out.z, contacts)
+        r = _residual(problem, z)
+        better = run & (r < residual)
+        penetrated = ~contacts & (problem.F(z)[normal] < 0)
+        return (
+            k + 1,
+            contacts | penetrated,
+            jnp.any(penetrated),
+            jnp.where(better, z, best),
+            jnp.where(better, r, residual),
+            jnp.where(better, out.status, status),
+            pivots + jnp.where(run, out.iterations, 0),
+        )
+
+    closing = problem.b[normal] <= 0
+    start = (jnp.array(0), closing, ~jnp.all(closing), z.z, _residual(problem, z.z), z.status, z.iterations)
+    _, _, _, z, _, status, pivots = lax.while_loop(needed, body, start)
+    return z, status, pivots
