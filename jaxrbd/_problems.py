@@ -34,6 +34,15 @@ class LCP(eqx.Module):
     n_free: int = eqx.field(static=True, default=0)
     counts: tuple[int, ...] | None = eqx.field(static=True, default=None)
 
+    def __check_init__(self):
+        shape = getattr(self.b, "shape", None)
+        if self.counts is not None and shape:
+            rows = self.n_free + 2 * len(self.counts) + sum(self.counts)
+            if rows != shape[-1]:
+                raise ValueError(
+                    f"LCP: counts {self.counts} with n_free = {self.n_free} give {rows} rows, but b has {shape[-1]}"
+                )
+
     @property
     def size(self) -> int:
         return self.b.shape[-1]

@@ -310,3 +310,11 @@ def test_step_status_messages_cover_every_code():
 def test_step_solver_and_impact_law_fields_are_checked(make, match):
     with pytest.raises((ValueError, TypeError), match=match):
         make()
+
+
+def test_lcp_whose_friction_layout_does_not_match_its_size_is_rejected():
+    """`LCP.counts` (the friction LCP's layout, read by the solvers' fallback) must cover every row."""
+    A, b = jnp.eye(7), jnp.ones(7)
+    assert rbd.LCP(A, b, 1, (4,)).counts == (4,)  # 1 joint row + normal + 4 friction + cone
+    with pytest.raises(ValueError, match=r"LCP: counts \(4, 4\) with n_free = 0 give 12 rows, but b has 7"):
+        rbd.LCP(A, b, 0, (4, 4))

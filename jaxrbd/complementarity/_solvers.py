@@ -461,53 +461,62 @@ def _lemke_near_first(problem, run, tol):
     `lax.while_loop` with one Lemke in its body, kept per lane only where it
     lowers the residual; no trip beyond the first when no lane needs one.
     """
-    n, dtype = problem.size, problem.b.dtype
+    n, n_free, dtype = problem.size, problem.n_free, problem.b.dtype
     eye, ones = jnp.eye(n, dtype=dtype), jnp.ones((n,), dtype)
-    counts = problem.counts
+    counts = problem.counts or None
+    if counts is None:  # one round, on the whole problem
+        rows_of = lambda contacts: jnp.ones((n,), bool)
+        complete = lambda z, contacts: z
+        penetrated = lambda z, contacts: contacts  # (0,): no contacts
+        closing = jnp.zeros((0,), bool)
+    else:
+        nc, nd = len(counts), sum(counts)
+        normal = n_free + jnp.arange(nc)
+        friction, cone = n_free + nc + jnp.arange(nd), n_free + nc + nd + jnp.arange(nc)
+        owner = jnp.asarray(np.repeat(np.arange(nc), counts))  # the contact of each friction row
 
-    def lemke_on(rows):  # Lemke on the rows' principal subproblem; the others' z stay 0
-        keep = run & rows
-        A = jnp.where(keep[:, None] & keep[None, :], problem.A, eye)
-        masked = LCP(A, jnp.where(keep, problem.b, ones), problem.n_free)
-        return Lemke().run(masked, jnp.zeros((n,), dtype))
+        def rows_of(contacts):  # the rows of the contacts in, and the equalities
+            rows = jnp.ones((n,), bool).at[normal].set(contacts)
+            return rows.at[friction].set(contacts[owner]).at[cone].set(contacts)
 
-    z = lemke_on(jnp.ones((n,), bool))
-    if counts is None or not counts:
-        return z.z, z.status, z.iterations
-    ng, nc, nd = problem.n_free, len(counts), sum(counts)
-    normal, friction, cone = ng + jnp.arange(nc), ng + nc + jnp.arange(nd), ng + nc + nd + jnp.arange(nc)
-    owner = jnp.asarray(np.repeat(np.arange(nc), counts))  # the contact of each friction row
+        def complete(z, contacts):  # the cone multipliers of the contacts left out
+            least = jnp.maximum(-jax.ops.segment_min(problem.F(z)[friction], owner, num_segments=nc), 0.0)
+            return z.at[cone].set(jnp.where(contacts, z[cone], least))
 
-    def rows_of(contacts):
-        return jnp.ones((n,), bool).at[normal].set(contacts).at[friction].set(contacts[owner]).at[cone].set(contacts)
-
-    def complete(z, contacts):  # the cone multipliers of the contacts left out
-        w = problem.F(z)[friction]
-        least = jnp.maximum(-jax.ops.segment_min(w, owner, num_segments=nc), 0.0)
-        return z.at[cone].set(jnp.where(contacts, z[cone], least))
+        penetrated = lambda z, contacts: ~contacts & (problem.F(z)[normal] < 0)
+        closing = problem.b[normal] <= 0
 
     def needed(state):
         k, _, grew, _, residual, *_ = state
-        return (k < NEAR_FIRST_ROUNDS) & jnp.any(run & grew & ~(residual <= tol))
+        return (k == 0) | ((k <= NEAR_FIRST_ROUNDS) & jnp.any(run & grew & ~(residual <= tol)))
 
-    def body(state):
+    def body(state):  # round 0: the whole problem (every contact in); then the contacts in
         k, contacts, _, best, residual, status, pivots = state
-        out = lemke_on(rows_of(contacts))
+        keep = run & rows_of(contacts)
+        masked = LCP(jnp.where(keep[:, None] & keep[None, :], problem.A, eye), jnp.where(keep, problem.b, ones), n_free)
+        out = Lemke().run(masked, jnp.zeros((n,), dtype))
         z = complete(out.z, contacts)
         r = _residual(problem, z)
         better = run & (r < residual)
-        penetrated = ~contacts & (problem.F(z)[normal] < 0)
+        added = penetrated(z, contacts)
         return (
             k + 1,
-            contacts | penetrated,
-            jnp.any(penetrated),
+            jnp.where(k == 0, closing, contacts | added),
+            jnp.where(k == 0, ~jnp.all(closing), jnp.any(added)),
             jnp.where(better, z, best),
             jnp.where(better, r, residual),
-            jnp.where(better, out.status, status),
-            pivots + jnp.where(run, out.iterations, 0),
+            jnp.where(better, out.status, status).astype(status.dtype),
+            (pivots + jnp.where(run, out.iterations, 0)).astype(pivots.dtype),
         )
 
-    closing = problem.b[normal] <= 0
-    start = (jnp.array(0), closing, ~jnp.all(closing), z.z, _residual(problem, z.z), z.status, z.iterations)
+    start = (
+        jnp.array(0),
+        jnp.ones_like(closing),
+        jnp.array(False),
+        jnp.zeros((n,), dtype),
+        jnp.array(jnp.inf, dtype),
+        jnp.array(int(Status.MAX_STEPS)),
+        jnp.array(0),
+    )
     _, _, _, z, _, status, pivots = lax.while_loop(needed, body, start)
     return z, status, pivots
