@@ -256,7 +256,8 @@ class SemismoothNewton(Solver):
     that has not converged after `iterations` steps, or stalls, goes on to
 
       1. a cold restart from z = 0 (at most `iterations` steps, kept if better);
-      2. (LCPs, `fallback=True`) `Lemke`, then a polish;
+      2. (LCPs, `fallback=True`) `Lemke`, then a polish; on a friction LCP it
+         fails on whole, on the closing contacts first (`_lemke_near_first`);
       3. where Lemke failed too, Newton again from the best point found (at most
          `iterations` steps).
 

@@ -95,11 +95,10 @@ class ContactSweeps(StepSolver):
         fallback: solve a contact's LCP by Lemke when Newton leaves it above `tol`.
         dense_fallback: solve a step that the sweeps leave above `tol` once more as
             one dense LCP by `SemismoothNewton` (with its Lemke fallback); block
-            Gauss-Seidel stalls
-            on coupled stacks with mass ratios of 1e4 and more. It costs nothing
-            in a step whose sweeps converged. Its gradient still comes from the
-            adjoint sweeps (as many as the forward ran), accurate only as far as
-            they converge.
+            Gauss-Seidel stalls on coupled stacks with mass ratios of 1e4 and
+            more. It costs nothing in a step whose sweeps converged. Its gradient
+            still comes from the adjoint sweeps (as many as the forward ran),
+            accurate only as far as they converge.
         tol: convergence tolerance of the step's natural residual (default by dtype).
     """
 
