@@ -420,6 +420,11 @@ def test_contact_sweeps_gradient_of_a_heavy_ball_on_a_light_one():
     np.testing.assert_allclose(float(gradient[1]), float(central), rtol=1e-6)
 
 
+def _with_arrays(d):
+    """The draw with its mass, mu, q and v as arrays, as hypothesis draws them."""
+    return dataclasses.replace(d, **{k: np.asarray(getattr(d, k)) for k in ("mass", "mu", "q", "v")})
+
+
 def _light_box_draw():
     """The `box_stack` draw of a 1 g box under a 32 kg box and an 11 kg capsule (Stewart-Trinkle)."""
     d = Draw(
@@ -501,7 +506,7 @@ def _light_box_draw():
             1.5,
         ],
     )
-    return dataclasses.replace(d, **{k: np.asarray(getattr(d, k)) for k in ("mass", "mu", "q", "v")})
+    return _with_arrays(d)
 
 
 @pytest.mark.slow
@@ -870,7 +875,7 @@ def _mixed6_draw():
             0.09247065562893653,
         ],
     )
-    return dataclasses.replace(d, **{k: np.asarray(getattr(d, k)) for k in ("mass", "mu", "q", "v")})
+    return _with_arrays(d)
 
 
 @pytest.mark.slow
@@ -1056,4 +1061,4 @@ def _box_stack_draw():
             -4.203057491287998,
         ],
     )
-    return dataclasses.replace(d, **{k: np.asarray(getattr(d, k)) for k in ("mass", "mu", "q", "v")})
+    return _with_arrays(d)
