@@ -30,6 +30,7 @@ def free_body(shape, w0, *, mass=1.0):
 
 
 STEPS = 1000  # one compiled rollout per shape kind; longer runs chain it
+ENERGY_DRIFT_EPS = 10  # the energy's round-off drift a step, in eps (relative)
 
 
 @jax.jit
@@ -89,12 +90,20 @@ def flip_half_period(inertia, w):
     ],
 )
 def test_torque_free_body_keeps_energy_and_world_momentum(shape, w0):
-    """10 s at h = 0.01: no step gains energy (1e-12 relative), |L_world| and L_world are kept to round-off."""
+    """10 s at h = 0.01: no step gains energy (1e-12 relative), |L_world| and L_world are kept to round-off.
+
+    The step keeps the energy exactly in exact arithmetic. In float64 each step
+    moves it by a few eps (at most 35 eps relative in one step over these six
+    runs), and that round-off need not average out: over the 1,000 steps the
+    mean was +0.5 to +4.8 eps a step (the largest on the 1 : 96 : 97 box, whose
+    steps take 8 substeps). So the 10 s drift is bounded by ENERGY_DRIFT_EPS eps
+    a step, not by a constant.
+    """
     scene = free_body(shape, w0)
     traj = rollout(scene, 0.01)
     energy, L = invariants(scene, traj)
     assert np.max(np.diff(energy)) <= 1e-12 * energy[0]
-    assert abs(energy[-1] - energy[0]) <= 1e-12 * energy[0]
+    assert abs(energy[-1] - energy[0]) <= ENERGY_DRIFT_EPS * np.finfo(float).eps * STEPS * energy[0]
     assert np.max(np.linalg.norm(L - L[0], axis=1)) <= 1e-10 * np.linalg.norm(L[0])
     assert np.max(np.abs(np.linalg.norm(traj.q[:, 3:7], axis=1) - 1.0)) <= 1e-12
 
