@@ -95,7 +95,7 @@ def test_torque_free_body_keeps_energy_and_world_momentum(shape, w0):
     The step keeps the energy exactly in exact arithmetic. In float64 each step
     moves it by a few eps (at most 35 eps relative in one step over these six
     runs), and that round-off need not average out: over the 1,000 steps the
-    mean was +0.5 to +4.8 eps a step (the largest on the 1 : 96 : 97 box, whose
+    mean was -0.4 to +4.8 eps a step (the largest on the 1 : 96 : 97 box, whose
     steps take 8 substeps). So the 10 s drift is bounded by ENERGY_DRIFT_EPS eps
     a step, not by a constant.
     """
