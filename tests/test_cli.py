@@ -82,7 +82,7 @@ def test_reproduce_painleve_and_spinning_sphere(tmp_path):
         run_reproduce("rolling", out=str(tmp_path))
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_bench_prints_and_writes_the_scene_table(tmp_path, capsys):
     """`jaxrbd bench` on one small scene; without the [bench] extra it says so and reports jaxrbd alone."""
     import importlib.util

@@ -32,9 +32,9 @@ the state, replaced with `eqx.tree_at`). Hypothesis draws the structure and the
 values. The default run draws FAST_EXAMPLES scenes per scheme from FAST_STRUCTURES
 (4 bodies of every kind, two of them stacked), derandomized, with gradients for
 FAST_GRADIENTS (a gradient program compiles in twice the time of a rollout): three
-compiles, about a minute on two busy cores. The slow profile (slow set) draws
+compiles, about a minute on two busy cores. The slow profile (marked `long`, out of CI for its time: `pytest -m long`) draws
 SLOW_EXAMPLES scenes per scheme of SLOW_SCHEMES from every structure, with
-gradients: about 10 minutes of one core per scheme. The long profile draws
+gradients: about 16 minutes of one core per scheme (972 s for Anitescu-Potra). The long profile draws
 LONG_EXAMPLES scenes per scheme from every structure with gradients, and
 LONG_RUN_EXAMPLES per scheme for LONG_RUN_STEPS steps; it runs from
 `benchmarks/hostile_findings.py` (its options choose the schemes and the count).
@@ -67,7 +67,7 @@ QUAT_TOL = 1e-12  # | |quaternion| - 1 |
 GAP_ROUNDOFF = 1e-12  # metres: round-off of a gap
 ROW_TOL = 1e-10  # the solvers' float64 tolerance on a row, relative to the impulses above 1 (`within_tolerance`)
 FAST_EXAMPLES = 5  # per scheme, in the default run
-SLOW_EXAMPLES = 20  # per scheme, in the slow set: every structure, with gradients
+SLOW_EXAMPLES = 20  # per scheme, in the long set: every structure, with gradients
 LONG_EXAMPLES = 100  # per scheme, in the long profile (benchmarks/hostile_findings.py)
 LONG_RUN_EXAMPLES = 2  # per scheme, slow: LONG_RUN_STEPS steps each
 
@@ -120,7 +120,7 @@ SCHEMES = {
     "stewart_trinkle": dict(scheme=rbd.StewartTrinkle(), restitution=None),
 }
 DISSIPATIVE = ("anitescu_potra", "poisson")
-# The slow set's schemes: each takes about 10 minutes of one core (seven structures' gradient programs).
+# The slow profile's schemes: each takes about 16 minutes of one core (seven structures' gradient programs).
 SLOW_SCHEMES = ("anitescu_potra", "poisson", "stewart_trinkle")
 
 
@@ -543,7 +543,7 @@ def _free_each_schemes_programs():
     jax.clear_caches()
 
 
-@pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.parametrize("scheme", SLOW_SCHEMES)
 @SLOW
 @given(d=scenes(tuple(STRUCTURES)))

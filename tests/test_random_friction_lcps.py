@@ -139,7 +139,7 @@ def test_vmap_matches_python_loop_256():
     _check_loop(probs, solve_batch_ssn(probs.lcp.A, probs.lcp.b, jnp.zeros_like(probs.lcp.b)))
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_acceptance_1000_problems():
     """Issue 2: 1,000 problems, cold and warm from another problem's solution, against Lemke."""
     probs = random_batch(1000, seed=2026)
