@@ -20,6 +20,7 @@ import time
 import jax
 
 jax.config.update("jax_enable_x64", True)
+jax.config.update("jax_enable_compilation_cache", False)  # compile times are measured: no persistent cache
 
 import numpy as np
 

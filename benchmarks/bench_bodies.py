@@ -21,6 +21,7 @@ parser.add_argument("--no-grad", action="store_true", help="skip the gradient ti
 parser.add_argument("--out", default="bench_bodies.json", help="where to write the numbers as JSON")
 args = parser.parse_args()
 jax.config.update("jax_enable_x64", not args.float32)
+jax.config.update("jax_enable_compilation_cache", False)  # compile times are measured: no persistent cache
 
 from jaxrbd.cli.bench_solvers import format_grid, grid_benchmark
 

@@ -21,6 +21,7 @@ parser.add_argument("--repeats", type=int, default=3)
 parser.add_argument("--out", default="bench_cones.json", help="where to write the numbers as JSON")
 args = parser.parse_args()
 jax.config.update("jax_enable_x64", not args.float32)
+jax.config.update("jax_enable_compilation_cache", False)  # compile times are measured: no persistent cache
 
 import equinox as eqx
 import numpy as np

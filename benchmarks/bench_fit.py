@@ -17,6 +17,7 @@ parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--float32", action="store_true")
 args = parser.parse_args()
 jax.config.update("jax_enable_x64", not args.float32)
+jax.config.update("jax_enable_compilation_cache", False)  # compile times are measured: no persistent cache
 
 import jax.numpy as jnp  # noqa: E402
 

@@ -19,6 +19,7 @@ parser.add_argument("--out", default="bench_lcp.json", help="where to write the 
 parser.add_argument("--eager-only", action="store_true", help="only the eager solve_lcp line")
 args = parser.parse_args()
 jax.config.update("jax_enable_x64", not args.float32)
+jax.config.update("jax_enable_compilation_cache", False)  # compile times are measured: no persistent cache
 
 import jaxrbd as rbd
 from jaxrbd.cli.bench_scenes import median_time

@@ -19,6 +19,7 @@ import sys
 import jax
 
 jax.config.update("jax_enable_x64", True)
+jax.config.update("jax_enable_compilation_cache", False)  # compile times are measured: no persistent cache
 
 from tqdm import tqdm  # noqa: E402
 

@@ -15,6 +15,7 @@ parser.add_argument("--repeats", type=int, default=3)
 parser.add_argument("--out", default="bench_rod.json", help="where to write the numbers as JSON")
 args = parser.parse_args()
 jax.config.update("jax_enable_x64", not args.float32)
+jax.config.update("jax_enable_compilation_cache", False)  # compile times are measured: no persistent cache
 
 from jaxrbd.cli.bench_solvers import format_rod, rod_benchmark
 

@@ -48,6 +48,34 @@ def _configure_cpu():
 
 _configure_cpu()
 
+
+def _configure_compilation_cache():
+    """The persistent compilation cache on: a program that took over a second to compile is kept on disk.
+
+    A fit or a sweep compiles for 20-100 s; with the cache, the next process that
+    builds the same program (the same scene, shapes and options) loads it instead.
+    The directory is JAXRBD_CACHE_DIR (default ~/.cache/jaxrbd/xla), bounded to
+    2 GiB (least recently used first out). A cache directory the user already
+    gave JAX (JAX_COMPILATION_CACHE_DIR or `jax.config`) is kept as it is.
+    JAXRBD_CACHE=0 leaves the cache off; `jax.config.update("jax_enable_compilation_cache", False)`
+    turns it off after import.
+    """
+    import os
+
+    import jax
+
+    if os.environ.get("JAXRBD_CACHE", "1").strip().lower() in ("0", "false", "off", "no"):
+        return
+    if jax.config.jax_compilation_cache_dir:
+        return
+    path = os.environ.get("JAXRBD_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "jaxrbd", "xla")
+    jax.config.update("jax_compilation_cache_dir", path)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+    jax.config.update("jax_compilation_cache_max_size", 2 * 1024**3)
+
+
+_configure_compilation_cache()
+
 from . import analysis as analysis
 from . import bodies as bodies
 from . import complementarity as complementarity

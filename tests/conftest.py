@@ -1,12 +1,17 @@
-"""Shared test set-up: float64 everywhere, and compiled code freed per module."""
+"""Shared test set-up: float64 everywhere, compiled code freed per module, no persistent compilation cache."""
 
 import gc
+import os
 
-import jax
+# `import jaxrbd` turns JAX's persistent compilation cache on; the tests leave it off (their notebook kernels
+# inherit this), so that no run depends on what an earlier one left on disk. test_compilation_cache.py checks it.
+os.environ["JAXRBD_CACHE"] = "0"
+
+import jax  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 
-import pytest
+import pytest  # noqa: E402
 
 
 @pytest.fixture(autouse=True, scope="module")
