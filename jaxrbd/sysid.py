@@ -29,6 +29,8 @@ across them (the prediction is `vmap`ped over the experiments):
   initial velocity per throw) beside the shared ones.
 - `residuals=fn` (fn(params, data) -> r) is the same without the experiment
   structure; `loss=fn` with `data=` a scalar loss (no uncertainty).
+- `residuals=MultipleShooting(run, L)` fits a long or chaotic trajectory in
+  segments of L steps, each from its own fitted start state, tied by defects.
 - `uncertainty(...)` computes sigma^2 (J^T J)^-1 with sigma^2 = RSS / (m - p),
   J the residual Jacobian in the natural parameters, Student t intervals with
   m - p degrees of freedom, and names in a warning every parameter the data do
@@ -206,6 +208,119 @@ class Experiments(eqx.Module):
     def count(self):
         """E, the number of experiments."""
         return self.observed.shape[0]
+
+
+class MultipleShooting(eqx.Module):
+    """Residuals of a long or chaotic trajectory cut into K segments, each simulated from its own start state.
+
+    One rollout over a long horizon makes a rugged loss: a small change of a
+    parameter moves a late bounce or a tumble by whole steps. Multiple shooting
+    fits the start state of every segment (the nodes, nuisance parameters)
+    beside the physical parameters, and ties the segments together by the
+    defects: the state a segment ends in minus the next segment's start,
+    weighted by `continuity` (a penalty, not a constraint; at an exact fit of
+    noise-free data the defects are 0).
+
+        def run(params, node):          # one segment from the node (z, vz)
+            scene = ...                 # built from params and node
+            traj = rbd.simulate(*scene, dt=dt, steps=L, restitution=rbd.Newton())
+            return traj.q[:L, 2:3], jnp.stack([traj.q[L, 2], traj.v[L, 2]])
+
+        shooting = rbd.sysid.MultipleShooting(run, L)
+        nodes = shooting.nodes_from(states)    # (K, m): every L-th row of a first guess of the states
+        result = rbd.sysid.fit(residuals=shooting, data=observed, params={"e": 0.5, "nodes": nodes},
+                               optimizer=rbd.sysid.LevenbergMarquardt())
+        shooting.defects(result.params)        # (K - 1, m)
+
+    Attributes:
+        run: run(params, node) -> (pred, end): the segment from the node state
+            (an array of m numbers, in whatever coordinates the user chooses:
+            only what the observations and the dynamics need), its (L, n)
+            prediction of the observations at the segment's steps 0 .. L - 1,
+            and its state after L steps in the node's coordinates. `params`
+            holds every parameter but the nodes; `run` is `vmap`ped over the
+            segments.
+        segment_steps: L, the steps of one segment (>= 1).
+        continuity: the weight of the defects in the residuals (> 0), in
+            residual units per unit of the node's coordinates; about the
+            observation noise over the state's scale gives each defect the
+            weight of one observation.
+        nodes: the name of the nodes' entry in the parameters, shape (K, m).
+
+    The data are the observed trajectory, (K L, n), NaN where not observed.
+    Pass the same object (or an equal one: same function, L, weight and name)
+    to every fit: the compiled step is cached on it.
+    """
+
+    run: object = eqx.field(static=True)
+    segment_steps: int = eqx.field(static=True)
+    continuity: float = eqx.field(static=True, default=1.0)
+    nodes: str = eqx.field(static=True, default="nodes")
+
+    def __check_init__(self):
+        if not callable(self.run):
+            raise TypeError(f"MultipleShooting: run must be a function (params, node) -> (pred, end), got {self.run!r}")
+        L = self.segment_steps
+        if not isinstance(L, int) or isinstance(L, bool) or L < 1:
+            raise ValueError(f"MultipleShooting: segment_steps must be an integer >= 1, got {L!r}")
+        check_value("MultipleShooting: continuity", self.continuity, shape=(), positive=True)
+        if not isinstance(self.nodes, str):
+            raise TypeError(f"MultipleShooting: nodes must be the name of a parameter, got {self.nodes!r}")
+
+    def _segments(self, params):
+        """(pred (K, L, n), end (K, m), nodes (K, m)) for the parameters."""
+        if self.nodes not in params:
+            raise KeyError(
+                f"MultipleShooting: the parameters have no entry {self.nodes!r} (the segments' start states)"
+            )
+        nodes = jnp.asarray(params[self.nodes])
+        if nodes.ndim != 2:
+            raise ValueError(f"MultipleShooting: params[{self.nodes!r}] must have shape (K, m), got {nodes.shape}")
+        physical = {k: v for k, v in params.items() if k != self.nodes}
+        pred, end = jax.vmap(lambda node: self.run(physical, node))(nodes)
+        pred, end = jnp.asarray(pred), jnp.asarray(end)
+        K, L = nodes.shape[0], self.segment_steps
+        if pred.ndim != 3 or pred.shape[:2] != (K, L):
+            raise ValueError(
+                f"MultipleShooting: run must return a prediction of shape (L, n) = ({L}, n) per "
+                f"segment, got {pred.shape[1:]}"
+            )
+        if end.shape != nodes.shape:
+            raise ValueError(
+                f"MultipleShooting: run must return the end state in the node's shape {nodes.shape[1:]}, "
+                f"got {end.shape[1:]}"
+            )
+        return pred, end, nodes
+
+    def __call__(self, params, observed):
+        """(r, valid): the prediction errors of every segment, then the weighted defects."""
+        pred, end, nodes = self._segments(params)
+        K, L, n = pred.shape
+        observed = jnp.asarray(observed, pred.dtype)
+        if observed.shape != (K * L, n):
+            raise ValueError(
+                f"MultipleShooting: observed must have shape (K L, n) = ({K * L}, {n}) for K = {K} "
+                f"segments of L = {L} steps, got {observed.shape}"
+            )
+        r_fit, valid = _residual_rows(pred.reshape(K * L, n), observed, 1.0, jnp.ones((n,), pred.dtype))
+        gaps = self.continuity * (end[:-1] - nodes[1:]).reshape(-1)
+        return jnp.concatenate([r_fit, gaps]), jnp.concatenate([valid, jnp.ones_like(gaps)])
+
+    def defects(self, params):
+        """(K - 1, m): where each segment ends minus where the next one starts (unweighted)."""
+        _, end, nodes = self._segments(params)
+        return end[:-1] - nodes[1:]
+
+    def nodes_from(self, states):
+        """(K, m): the start state of every segment, rows 0, L, 2 L, ... of `states` (T, m), a first guess of the
+        states at every step (from the data: positions observed, velocities by differences)."""
+        states = jnp.asarray(states)
+        if states.ndim != 2 or states.shape[0] < self.segment_steps:
+            raise ValueError(
+                f"MultipleShooting.nodes_from: states must have shape (T, m) with T >= L = "
+                f"{self.segment_steps}, got {states.shape}"
+            )
+        return states[:: self.segment_steps][: states.shape[0] // self.segment_steps]
 
 
 def _residual_rows(pred, observed, mask, weights):
