@@ -4,7 +4,8 @@ Two models. The Lorenz system (sigma 10, beta 8/3, rho 28; RK4, h = 0.01, 10 tim
 units) is chaotic: over the whole horizon the rollout loss in rho is rugged, and
 a fit from a start 15% off ends in a local minimum; cut into segments it is
 smooth. The planar block sliding to rest (`block_on_incline(dim=2)`) fits mu
-through the simulator's implicit gradients, vmapped over the segments.
+through the simulator's implicit gradients, vmapped over the segments (slow: its
+fit and its Jacobian compile for a minute or more each on two cores).
 """
 
 import jax
@@ -158,6 +159,7 @@ def block_data():
     return states[:, :1], states
 
 
+@pytest.mark.slow
 def test_multiple_shooting_fits_the_friction_of_a_block_through_the_simulator(block_data):
     """mu = 0.3 from 0.15 with the nodes from the exact positions and zero velocity guesses: within 1e-6, the
     fitted nodes' speeds the block's (1.5 at the start), the defects below 1e-8."""
@@ -179,6 +181,7 @@ def test_multiple_shooting_fits_the_friction_of_a_block_through_the_simulator(bl
     assert float(jnp.abs(BLOCK.defects(result.params)).max()) < 1e-8
 
 
+@pytest.mark.slow
 def test_the_shooting_jacobian_matches_central_differences(block_data):
     """d(residuals)/d(mu) and d(residuals)/d(nodes) through the simulator's implicit rule, against central
     differences in float64, at mu = 0.25 (the block slides through every segment)."""
