@@ -241,10 +241,8 @@ class MultipleShooting(eqx.Module):
             holds every parameter but the nodes; `run` is `vmap`ped over the
             segments.
         segment_steps: L, the steps of one segment (>= 1).
-        continuity: the weight of the defects in the residuals (> 0), in
-            residual units per unit of the node's coordinates; about the
-            observation noise over the state's scale gives each defect the
-            weight of one observation.
+        continuity: the weight of the defects (> 0): a defect d enters the
+            residuals as continuity * d, beside the prediction errors.
         nodes: the name of the nodes' entry in the parameters, shape (K, m).
 
     The data are the observed trajectory, (K L, n), NaN where not observed.
