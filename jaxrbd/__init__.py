@@ -72,6 +72,32 @@ def _configure_compilation_cache():
     jax.config.update("jax_compilation_cache_dir", path)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
     jax.config.update("jax_compilation_cache_max_size", 2 * 1024**3)
+    _date_unbounded_entries(path)
+
+
+def _date_unbounded_entries(path):
+    """Give every entry of the cache directory the access-time file that a bounded cache keeps beside it.
+
+    JAX's size-bounded cache reads `KEY-atime` for every `KEY-cache` when it
+    evicts; an entry written without a bound (an earlier jaxrbd, or JAX with
+    this directory and no size limit) has none, and then every write fails with
+    a warning. Such entries are dated now, once, when the cache is opened.
+    """
+    import os
+    import time
+
+    try:
+        names = set(os.listdir(path))
+    except OSError:  # not created yet, or not readable: JAX reports what it cannot do itself
+        return
+    stamp = time.time_ns().to_bytes(8, "little")
+    for name in names:
+        if name.endswith("-cache") and name[: -len("-cache")] + "-atime" not in names:
+            try:
+                with open(os.path.join(path, name[: -len("-cache")] + "-atime"), "wb") as f:
+                    f.write(stamp)
+            except OSError:
+                return
 
 
 _configure_compilation_cache()

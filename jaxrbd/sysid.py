@@ -563,15 +563,20 @@ def _assess(problem, params, data, names, bounds, *, noise, level, rcond, rel_st
         cov[np.ix_(ok, ok)] = cov_ok
     std = np.where(ok, np.sqrt(np.abs(np.diag(cov))), np.inf)
     singular = np.linalg.svd(J, compute_uv=False)
-    # Relative sensitivity: a direction of J D (D = |theta| scaling) with a tiny singular value.
-    scale = np.maximum(np.abs(theta), 1e-12)
+    # Scale-type entries (Positive() or Interval bounds: masses, mu, e) are judged relative to their value;
+    # offset-type entries (Free(): positions, velocities, whose 0 is arbitrary) by their column alone.
+    relative = np.concatenate(
+        [np.full(int(np.size(params[k])), not isinstance(bounds.get(k, Free()), Free)) for k in names]
+    )
+    # A direction of J D with a tiny singular value; D = |theta| (relative) or 1 / |column| (offset entries).
+    scale = np.where(relative, np.maximum(np.abs(theta), 1e-12), 1.0 / np.maximum(col, 1e-300))
     _, s_scaled, Vt = np.linalg.svd(J * scale, full_matrices=False)
     weak = np.zeros(p, bool)
     if s_scaled.size and s_scaled[0] > 0:
         for s_k, v_k in zip(s_scaled, Vt):
             if s_k < rcond * s_scaled[0]:
                 weak |= v_k**2 > 0.1
-    loose = (np.abs(theta) > 0) & (std > rel_std * np.abs(theta))
+    loose = relative & (np.abs(theta) > 0) & (std > rel_std * np.abs(theta))
     unidentified = flat | weak | loose
     t = float(stats.t.ppf(0.5 + level / 2, dof))
     rng = np.full((p, 2), np.nan)
@@ -679,8 +684,14 @@ def uncertainty(
     An entry is *not identified* (named in a `warnings.warn`, `identified` False)
     when its Jacobian column is zero (a block that sticks all the time: mu does not
     change the trajectory), when it takes part in a singular direction of the
-    relative-sensitivity Jacobian J diag(|theta|) below `rcond` times the largest,
-    or when its standard deviation exceeds `rel_std` times its value. For such
+    scaled Jacobian J D below `rcond` times the largest, or when its standard
+    deviation exceeds `rel_std` times its value. Entries with `Positive()` or
+    `Interval` bounds (masses, mu, e) are scale-type: D holds |theta| and the
+    standard deviation is judged against the value. `Free()` entries (positions,
+    velocities: offset-type, 0 means nothing special) are judged by their column
+    alone: D holds 1 / |column|, so a singular direction means they cannot be told
+    apart from other entries, and their value is not compared with their standard
+    deviation. For such
     entries `range` gives, with the other entries held at the optimum, the values
     whose RSS stays within chi2_1(level) sigma^2 of the optimum (a likelihood-ratio
     bound, found by bisection in the entry's unconstrained coordinate): for the
@@ -698,7 +709,7 @@ def uncertainty(
             beside the RMS residual and warns when the RMS is more than 1.5 times it.
         level: the confidence level of `interval`.
         rcond: the relative singular value below which a direction is unidentified.
-        rel_std: the relative standard deviation above which an entry is unidentified.
+        rel_std: the relative standard deviation above which a scale-type entry is unidentified.
         warn: emit the warnings.
 
     Returns:

@@ -62,3 +62,23 @@ def test_a_directory_the_user_gave_jax_is_kept(tmp_path):
     mine = tmp_path / "mine"
     out = _run({"JAX_COMPILATION_CACHE_DIR": str(mine), "JAXRBD_CACHE_DIR": str(tmp_path / "ours")})
     assert out["dir"] == str(mine)
+
+
+def test_entries_written_without_a_size_bound_do_not_break_the_next_write(tmp_path):
+    """A cache directory filled by an unbounded cache (no `-atime` files): opening it dates those entries,
+    so the bounded cache's eviction, which reads every entry's access time, writes without a warning."""
+    cache = tmp_path / "xla"
+    cache.mkdir()
+    (cache / "jit_old-0123-cache").write_bytes(b"an entry an unbounded cache wrote")
+    done = subprocess.run(
+        [sys.executable, "-W", "error::UserWarning", "-c", PROGRAM, "compile"],
+        env={**{k: v for k, v in os.environ.items() if not k.startswith("JAXRBD_CACHE")}, "JAXRBD_CACHE_DIR": str(cache)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Error writing persistent compilation cache entry" not in done.stderr
+    assert (cache / "jit_old-0123-atime").exists()
+    assert len(list(cache.glob("*-atime"))) == len(list(cache.glob("*-cache"))) >= 2
