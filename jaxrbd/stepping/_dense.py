@@ -69,6 +69,14 @@ def step_problem_at(system, state, dt, *, scheme, cone):
     return step_problem(cone, contacts, motion.M, J, motion.v_free, bn=bn, active=active), motion
 
 
+def _advance(system, q0, v_next, dt, impact, v_free):
+    """q+ from q0: h v+, or with a located impact (`Impact.time` tau) tau v_free, then (h - tau) v+."""
+    if impact is None or impact.time is None:
+        return dynamics.integrate(system, q0, v_next, dt)
+    tau = impact.time
+    return dynamics.integrate(system, dynamics.integrate(system, q0, tau * v_free, 1.0), (dt - tau) * v_next, 1.0)
+
+
 def _project(system, contacts, q, active, solver):
     """Smallest M-norm correction q + G M^{-1} N c with 0 <= c ⊥ f + N^T M^{-1} N c >= 0 (linearized)."""
     M = system.M(q)
@@ -142,9 +150,9 @@ class DenseStep(StepSolver):
                 motion = dynamics.free_motion(system, t, q, v, dt, M=motion.M)
         active = step_active(system, contacts, q, v, dt, scheme.delta)
         options = dict(active=active, position_level=scheme.position_level, smoothing=grad_smoothing, impact=impact)
-        q0 = motion.q0
+        q0, v_free = motion.q0, motion.v_free
         prob, sol, v_next = _solve_at(system, cone, solver, contacts, motion, J, q0, None, dt, z0=z, **options)
-        q_next = dynamics.integrate(system, q0, v_next, dt)
+        q_next = _advance(system, q0, v_next, dt, impact, v_free)
         for _ in range(scheme.fixed_point_iterations):
             qhat = q_next
             contacts_hat = system.contacts(qhat)
@@ -154,7 +162,7 @@ class DenseStep(StepSolver):
             prob, sol, v_next = _solve_at(
                 system, cone, solver, contacts_hat, motion, J_hat, q0, qhat, dt, z0=sol.z, **options
             )
-            q_next = dynamics.integrate(system, q0, v_next, dt)
+            q_next = _advance(system, q0, v_next, dt, impact, v_free)
         residual, converged = sol.residual, sol.converged & motion.solved
         if scheme.projects:
             q_next, projection = _project(system, system.contacts(q_next), q_next, active, solver)
