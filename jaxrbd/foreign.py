@@ -1,0 +1,331 @@
+"""Trajectories made by another simulator (MuJoCo's C engine), for testing identification on data jaxrbd did not make.
+
+    data = rbd.foreign.mujoco_sliding_box(mu=0.35, speed=1.5, noise=1e-3, seed=0)
+    data.t, data.observed            # (T,), (T, 2): the box's x, y at 100 Hz with 1 mm noise
+    data.set_value, data.effective   # mu given to MuJoCo, and the mu its trajectory shows
+
+    data = rbd.foreign.mujoco_bouncing_ball(e=0.6, noise=1e-3, seed=0)
+    data.observed                    # (T, 1): the ball's height z at 240 Hz
+
+MuJoCo's contact is soft: a contact force follows a spring-damper reference
+(`solref`, `solimp`), so what MuJoCo's trajectory shows differs a little from the
+coefficient it was given. Each generator measures that value from its own
+noise-free trajectory and returns it as `effective`, beside `set_value`:
+
+- sliding box: MuJoCo is given mu on both geoms (MuJoCo takes the larger of a pair's
+  coefficients). While the box slides it decelerates at a constant rate; a
+  least-squares parabola through the clean positions of the middle of the sliding
+  phase gives the deceleration a, and mu_effective = a / g.
+- bouncing ball: MuJoCo has no restitution coefficient. Its contact follows
+  a'' = -d (b z' + k z) + (1 - d) a0 in the penetration z, with b = 2 / (d tc) and
+  k = d / (d^2 tc^2 zeta^2) (solref = (tc, zeta), solimp = (d, d, ...)), while
+  that force pushes: a linear spring-damper of damping ratio zeta that cannot
+  pull, which bounces with a restitution `spring_damper_restitution(zeta)`. The
+  ball gets the zeta that gives the target e (`damping_ratio(e)`) and the tc of
+  a contact lasting about `contact_time`. Gravity during
+  the contact and MuJoCo's time step move the bounce a little off that e. Out of
+  contact the ball is ballistic, so the speeds at which it crosses the height of
+  first touch (z = radius) going down and coming up follow exactly from the
+  clean states at MuJoCo's own step; e_effective is the mean of their ratios
+  over the bounces whose rebound rises at least 10 noise levels (`ratios`
+  holds each one). The slower bounces after them are hidden in the noise, and
+  there gravity during the contact, g contact_time against the impact speed,
+  lowers MuJoCo's ratio.
+
+Needs the optional `mujoco` package (`pip install jaxrbd[mjcf]`).
+"""
+
+import dataclasses
+import math
+
+import numpy as np
+
+from ._validate import check_value
+from .mjcf import _mujoco
+
+
+@dataclasses.dataclass(frozen=True)
+class ForeignData:
+    """A trajectory from another simulator, with the coefficient it was given and the one it shows.
+
+    Attributes:
+        t: (T,) observation times from 0 (seconds).
+        observed: (T, n) the observed coordinates with noise.
+        clean: (T, n) the same without noise.
+        dt: the observation interval (seconds).
+        noise: the standard deviation of the added Gaussian noise (metres).
+        set_value: the coefficient given to the other simulator (mu, or the target e).
+        effective: the coefficient its clean trajectory shows (see the module docstring).
+        columns: the names of the n observed coordinates.
+        start: dict of the initial conditions (position, speed, ...).
+        ratios: per-event measurements behind `effective` (each bounce's speed ratio), or ().
+        engine: which simulator and version made it.
+    """
+
+    t: np.ndarray
+    observed: np.ndarray
+    clean: np.ndarray
+    dt: float
+    noise: float
+    set_value: float
+    effective: float
+    columns: tuple
+    start: dict
+    ratios: tuple = ()
+    engine: str = ""
+
+
+def _check_rate(rate, substeps):
+    check_value("rate", rate, shape=(), positive=True)
+    if not isinstance(substeps, int) or isinstance(substeps, bool) or substeps < 1:
+        raise ValueError(f"substeps must be an integer >= 1, got {substeps!r}")
+
+
+def _noisy(clean, noise, seed):
+    check_value("noise", noise, shape=(), nonnegative=True)
+    return clean + noise * np.random.default_rng(seed).standard_normal(clean.shape)
+
+
+def _run(xml, qvel, steps, substeps, columns):
+    """Step MuJoCo `steps` observation intervals of `substeps` steps each; qpos[columns] and qvel[columns], each
+    (steps + 1, len(columns)), and the engine's name."""
+    mujoco = _mujoco()
+    model = mujoco.MjModel.from_xml_string(xml)
+    data = mujoco.MjData(model)
+    data.qvel[:] = qvel
+    mujoco.mj_forward(model, data)
+    columns = list(columns)
+    q, v = [data.qpos[columns].copy()], [data.qvel[columns].copy()]
+    for _ in range(steps):
+        for _ in range(substeps):
+            mujoco.mj_step(model, data)
+        q.append(data.qpos[columns].copy())
+        v.append(data.qvel[columns].copy())
+    return np.array(q), np.array(v), f"MuJoCo {mujoco.__version__}"
+
+
+def mujoco_sliding_box(
+    mu=0.35,
+    speed=1.5,
+    *,
+    heading=0.0,
+    duration=1.0,
+    rate=100.0,
+    substeps=10,
+    noise=1e-3,
+    seed=0,
+    half_extents=(0.1, 0.1, 0.02),
+    mass=1.0,
+    gravity=9.81,
+    cone="elliptic",
+):
+    """A box launched across a plane in MuJoCo, sliding to rest; observed: its centre's x, y.
+
+    Args:
+        mu: the friction coefficient given to both geoms, > 0.
+        speed: the launch speed (m/s), > 0, along `heading` (radians from +x).
+        duration: the observed time (s).
+        rate: observations per second; MuJoCo steps `substeps` times per
+            observation (timestep = 1 / (rate substeps)).
+        noise: standard deviation of the Gaussian noise on each coordinate (m).
+        seed: the noise's random seed.
+        half_extents, mass, gravity: the box and g (m/s^2).
+        cone: MuJoCo's friction cone, "elliptic" or "pyramidal".
+
+    Returns:
+        `ForeignData` with columns ("x", "y"); `effective` is MuJoCo's mu from the
+        box's deceleration (module docstring).
+    """
+    check_value("mu", mu, shape=(), positive=True)
+    check_value("speed", speed, shape=(), positive=True)
+    check_value("duration", duration, shape=(), positive=True)
+    check_value("mass", mass, shape=(), positive=True)
+    check_value("gravity", gravity, shape=(), positive=True)
+    check_value("half_extents", half_extents, shape=(3,), positive=True)
+    _check_rate(rate, substeps)
+    if cone not in ("elliptic", "pyramidal"):
+        raise ValueError(f"cone must be 'elliptic' or 'pyramidal', got {cone!r}")
+    hx, hy, hz = (float(h) for h in half_extents)
+    xml = f"""
+<mujoco>
+  <option timestep="{1.0 / (rate * substeps)!r}" gravity="0 0 {-gravity!r}" cone="{cone}"/>
+  <worldbody>
+    <geom type="plane" size="0 0 1" friction="{mu!r} 0 0"/>
+    <body pos="0 0 {hz!r}">
+      <freejoint/>
+      <geom type="box" size="{hx!r} {hy!r} {hz!r}" mass="{mass!r}" friction="{mu!r} 0 0"/>
+    </body>
+  </worldbody>
+</mujoco>"""
+    steps = round(duration * rate)
+    qvel = np.zeros(6)
+    qvel[:2] = speed * math.cos(heading), speed * math.sin(heading)
+    clean, _, engine = _run(xml, qvel, steps, substeps, (0, 1))
+    t = np.arange(steps + 1) / rate
+    # The sliding phase: until the speed would reach zero at mu g; its middle half is free of the start and the stop.
+    stop = speed / (mu * gravity)
+    window = (t > 0.25 * stop) & (t < 0.75 * stop)
+    if window.sum() < 5:
+        raise ValueError(f"the box slides for {stop:.3g} s: observe it at a higher rate (rate = {rate})")
+    distance = np.linalg.norm(clean[window] - clean[0], axis=1)
+    curvature = np.polyfit(t[window], distance, 2)[0]
+    return ForeignData(
+        t=t,
+        observed=_noisy(clean, noise, seed),
+        clean=clean,
+        dt=1.0 / rate,
+        noise=float(noise),
+        set_value=float(mu),
+        effective=float(-2.0 * curvature / gravity),
+        columns=("x", "y"),
+        start={"speed": float(speed), "heading": float(heading), "half_extents": (hx, hy, hz), "mass": float(mass)},
+        engine=engine,
+    )
+
+
+def _bisect(f, lo, hi, iterations=100):
+    """The root of f in [lo, hi], f(lo) > 0 > f(hi)."""
+    for _ in range(iterations):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if f(mid) > 0 else (lo, mid)
+    return 0.5 * (lo + hi)
+
+
+def spring_damper_restitution(zeta):
+    """The restitution of a linear spring-damper of damping ratio zeta in (0, 1) that cannot pull.
+
+    x'' = -2 zeta x' - x (unit natural frequency) from x = 0, x' = -1 while the
+    force -2 zeta x' - x pushes; the body leaves when it stops pushing, at the
+    speed it has then (a tensile force would bring it back to e^(-pi zeta / sqrt(1 - zeta^2))).
+    """
+    wd = math.sqrt(1.0 - zeta * zeta)
+
+    def x(t):
+        return -math.exp(-zeta * t) * math.sin(wd * t) / wd
+
+    def v(t):
+        return -math.exp(-zeta * t) * (math.cos(wd * t) - zeta * math.sin(wd * t) / wd)
+
+    leave = _bisect(lambda t: -2.0 * zeta * v(t) - x(t), 0.0, math.pi / wd)  # the push falls to zero once
+    return v(leave)
+
+
+def damping_ratio(e):
+    """The damping ratio of a linear spring-damper that cannot pull and bounces with restitution e.
+
+    Underdamped (zeta < 1), so e lies in (e_c, 1), e_c = `spring_damper_restitution(1)`
+    = 0.1353 (critical damping).
+    """
+    check_value("e", e, shape=(), positive=True)
+    lowest = spring_damper_restitution(1.0 - 1e-9)
+    if not lowest < e < 1.0:
+        raise ValueError(f"e must be in ({lowest:.4f}, 1) (an underdamped MuJoCo contact), got {e!r}")
+    return _bisect(lambda zeta: spring_damper_restitution(zeta) - e, 1e-9, 1.0 - 1e-9)
+
+
+def mujoco_bouncing_ball(
+    e=0.6,
+    *,
+    height=0.5,
+    duration=1.5,
+    rate=240.0,
+    substeps=200,
+    contact_time=0.002,
+    impedance=0.99,
+    noise=1e-3,
+    seed=0,
+    radius=0.1,
+    mass=1.0,
+    gravity=9.81,
+):
+    """A ball dropped onto a plane in MuJoCo, bouncing; observed: its centre's height z.
+
+    Args:
+        e: the target restitution in (0.1353, 1); MuJoCo gets the solref that
+            gives it (module docstring).
+        height: the drop height of the ball's lowest point above the plane (m), > 0.
+        duration: the observed time (s).
+        rate, substeps: observations per second and MuJoCo steps per observation;
+            MuJoCo's timestep must resolve the contact: at most contact_time / 20.
+        contact_time: how long one contact lasts in MuJoCo (s).
+        impedance: MuJoCo's solimp d, the same at every depth, in (0, 1): the
+            share of gravity the contact takes up (module docstring).
+        noise, seed: the Gaussian noise on z (m) and its seed.
+        radius, mass, gravity: the ball and g (m/s^2).
+
+    Returns:
+        `ForeignData` with columns ("z",); `effective` is the mean ratio of the
+        crossing speeds of the bounces that rise 10 noise levels or more,
+        `ratios` each completed bounce's ratio.
+    """
+    zeta = damping_ratio(e)
+    for name, value in (("height", height), ("duration", duration), ("contact_time", contact_time)):
+        check_value(name, value, shape=(), positive=True)
+    for name, value in (("radius", radius), ("mass", mass), ("gravity", gravity)):
+        check_value(name, value, shape=(), positive=True)
+    check_value("impedance", impedance, shape=(), positive=True)
+    if not impedance < 1.0:
+        raise ValueError(f"impedance must be in (0, 1), got {impedance!r}")
+    _check_rate(rate, substeps)
+    timestep = 1.0 / (rate * substeps)
+    if not timestep <= contact_time / 20:
+        raise ValueError(
+            f"MuJoCo's timestep 1 / (rate substeps) = {timestep:.3g} s must be at most contact_time / 20 = "
+            f"{contact_time / 20:.3g} s: raise substeps"
+        )
+    # The spring-damper: natural frequency omega = 1 / (tc zeta), damped half period contact_time.
+    omega = math.pi / (contact_time * math.sqrt(1.0 - zeta**2))
+    sol = f'solref="{1.0 / (zeta * omega)!r} {zeta!r}" solimp="{impedance!r} {impedance!r} 0.001"'
+    xml = f"""
+<mujoco>
+  <option timestep="{timestep!r}" gravity="0 0 {-gravity!r}"/>
+  <worldbody>
+    <geom type="plane" size="0 0 1" {sol}/>
+    <body pos="0 0 {radius + height!r}">
+      <freejoint/>
+      <geom type="sphere" size="{radius!r}" mass="{mass!r}" {sol}/>
+    </body>
+  </worldbody>
+</mujoco>"""
+    steps = round(duration * rate)
+    # The clean trajectory at MuJoCo's own timestep, for the crossing speeds; then sampled at the rate.
+    fine, speeds, engine = _run(xml, np.zeros(6), steps * substeps, 1, (2,))
+    clean = fine[::substeps]
+    ratios, rises = _crossing_ratios(fine[:, 0], speeds[:, 0], radius, gravity)
+    seen = [r for r, rise in zip(ratios, rises) if rise >= 10 * noise]
+    if not seen:
+        raise ValueError(f"the ball completes no bounce that rises 10 noise levels in {duration} s: observe it longer")
+    return ForeignData(
+        t=np.arange(steps + 1) / rate,
+        observed=_noisy(clean, noise, seed),
+        clean=clean,
+        dt=1.0 / rate,
+        noise=float(noise),
+        set_value=float(e),
+        effective=float(np.mean(seen)),
+        columns=("z",),
+        start={"height": float(height), "radius": float(radius), "mass": float(mass)},
+        ratios=tuple(ratios),
+        engine=engine,
+    )
+
+
+def _crossing_ratios(z, vz, radius, gravity):
+    """Per completed bounce, the upward over the downward speed where the ball crosses z = radius, and the
+    height its rebound rises to above that.
+
+    Out of contact the motion is ballistic, so the speed at the crossing follows
+    from the nearest state above it: v^2 = v_s^2 + 2 g (z_s - radius).
+    """
+    above = z > radius
+    ratios, rises = [], []
+    down = None
+    for i in range(1, len(z) - 1):
+        if above[i] and not above[i + 1]:  # the last state above before touching
+            down = math.sqrt(vz[i] ** 2 + 2 * gravity * (z[i] - radius))
+        elif down is not None and above[i] and not above[i - 1]:  # the first state above after the bounce
+            up = math.sqrt(max(vz[i] ** 2 - 2 * gravity * (z[i] - radius), 0.0))
+            ratios.append(up / down)
+            rises.append(up * up / (2 * gravity))
+            down = None
+    return ratios, rises
