@@ -107,6 +107,7 @@ from . import bodies as bodies
 from . import complementarity as complementarity
 from . import cones as cones
 from . import dynamics as dynamics
+from . import foreign as foreign
 from . import geometry as geometry
 from . import mjcf as mjcf
 from . import reference as reference

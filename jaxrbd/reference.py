@@ -6,7 +6,7 @@ Shared by the tests, the notebooks and `jaxrbd reproduce` (which prints the tabl
 import jax
 import jax.numpy as jnp
 import numpy as np
-from tqdm.auto import tqdm
+from ._progress import tqdm
 
 from . import scenes
 from .analysis import convergence_row

@@ -974,7 +974,7 @@ def fit(
         A `FitResult` holding the best iterate evaluated. A non-finite loss or
         gradient stops the fit with an error naming the step and the parameters.
     """
-    from tqdm.auto import tqdm
+    from ._progress import tqdm
 
     problem = _problem(residuals, data, predict, experiments, per_experiment)
     if problem is None:
@@ -1018,7 +1018,7 @@ def fit(
                 )
     maps = {k: bounds.get(k, Free()) for k in params}
     if isinstance(optimizer, LevenbergMarquardt):
-        from tqdm.auto import tqdm
+        from ._progress import tqdm
 
         start = time.perf_counter()
         bar = tqdm(total=steps, desc=desc, disable=None if progress else True, leave=False)

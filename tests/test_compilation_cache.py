@@ -72,7 +72,10 @@ def test_entries_written_without_a_size_bound_do_not_break_the_next_write(tmp_pa
     (cache / "jit_old-0123-cache").write_bytes(b"an entry an unbounded cache wrote")
     done = subprocess.run(
         [sys.executable, "-W", "error::UserWarning", "-c", PROGRAM, "compile"],
-        env={**{k: v for k, v in os.environ.items() if not k.startswith("JAXRBD_CACHE")}, "JAXRBD_CACHE_DIR": str(cache)},
+        env={
+            **{k: v for k, v in os.environ.items() if not k.startswith("JAXRBD_CACHE")},
+            "JAXRBD_CACHE_DIR": str(cache),
+        },
         capture_output=True,
         text=True,
         timeout=300,

@@ -24,7 +24,7 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
-from tqdm.auto import tqdm
+from .._progress import tqdm
 
 from .. import scenes
 from ..model import State

@@ -6,7 +6,7 @@ import time
 
 import jax
 import jax.numpy as jnp
-from tqdm.auto import tqdm
+from .._progress import tqdm
 
 from .._random import random_friction_lcp
 from ..complementarity import Lemke, SemismoothNewton, solve_lcp

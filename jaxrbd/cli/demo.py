@@ -6,7 +6,7 @@ import os
 
 import jax
 import numpy as np
-from tqdm.auto import tqdm
+from .._progress import tqdm
 
 from .. import scenes
 from ..analysis import rod_events

@@ -149,7 +149,7 @@ def _report_p5():
 
 def run_reproduce(name="all", out="out"):
     """Run the named reference problem(s), print the tables beside the papers and save the figures in `out`."""
-    from tqdm.auto import tqdm
+    from .._progress import tqdm
 
     if name != "all" and name not in NAMES:
         raise ValueError(f"NAME must be one of {NAMES} or all, got {name!r}")
