@@ -162,14 +162,14 @@ def test_simulate_runs_the_solver_choose_solver_names():
 
 # The pipeline's layers, bottom first: a module imports only from its own layer or below.
 LAYERS = [
-    ["jaxrbd._validate", "jaxrbd._rotation"],
+    ["jaxrbd._validate", "jaxrbd._rotation", "jaxrbd._progress"],
     ["jaxrbd._problems", "jaxrbd._contacts", "jaxrbd.geometry", "jaxrbd.complementarity"],
     ["jaxrbd.cones", "jaxrbd._random"],
     ["jaxrbd.model"],
     ["jaxrbd.dynamics"],
     ["jaxrbd.bodies"],
     ["jaxrbd.stepping"],
-    ["jaxrbd.scenes", "jaxrbd.analysis", "jaxrbd.mjcf"],
+    ["jaxrbd.scenes", "jaxrbd.analysis", "jaxrbd.mjcf", "jaxrbd.foreign"],
     ["jaxrbd.sysid", "jaxrbd.batch", "jaxrbd.reference"],
     ["jaxrbd.cli"],
     ["jaxrbd"],

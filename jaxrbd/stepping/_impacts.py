@@ -20,7 +20,8 @@ class Impact(eqx.Module):
         normal, friction, joint: the impact's impulses, (nc,), (nc, d) and (ng,).
         residual, converged: of the impact's solves (0 and True when it solves none).
         colliding: (nc,) bool, contacts whose normal row is Newton's (or None).
-        offset: (nc,) e_j n_j^T v, the offset of those rows (or None).
+        offset: (nc,) the offset of those rows, e_j n_j^T v (located: see
+            `NewtonRestitution`), or None.
         time: (nv,) per velocity coordinate, when in the step the first colliding
             contact it takes part in closes (0 where none does), or None when the
             impact time is not located.
@@ -84,7 +85,7 @@ class NewtonRestitution(ImpactLaw):
     the bounce point is off by up to h |n^T v|, and a loss over the trajectory
     jumps where a bounce moves to the next step.
 
-    `locate=True` locates it: a colliding contact with gap f and free normal
+    `locate=True` locates it: a colliding contact with gap f (at q0) and free normal
     velocity n^T v_free < 0 closes at tau = f / (-n^T v_free), clipped to [0, h].
     The velocity coordinates it moves (its nonzero columns of J_n) travel with
     v_free until the first such tau and with v+ for the rest of the step,
@@ -119,9 +120,10 @@ class NewtonRestitution(ImpactLaw):
         offset, time = contacts.restitution * vn, None
         if self.locate:
             vn_free = contacts.J_n @ motion.v_free
+            gap = contacts.gap if motion.shift is None else contacts.gap + contacts.J_n @ motion.shift  # at q0
             closing = colliding & (vn_free < 0)
             speed = jnp.where(closing, -vn_free, 1.0)  # double where: finite gradients where not closing
-            tau = jnp.where(closing, jnp.clip(contacts.gap / speed, 0.0, dt), 0.0)
+            tau = jnp.where(closing, jnp.clip(gap / speed, 0.0, dt), 0.0)
             # The free step's velocity change accrues over the step: at the impact it is vn_imp, after it the
             # rest of the change, (1 - tau / h) (vn_free - vn), is still to come.
             # At most 0: a rebound slower than the rest of that change leaves with n^T v+ >= 0, not into the surface.
