@@ -22,15 +22,16 @@ noise-free trajectory and returns it as `effective`, beside `set_value`:
   that force pushes: a linear spring-damper of damping ratio zeta that cannot
   pull, which bounces with a restitution `spring_damper_restitution(zeta)`. The
   ball gets the zeta that gives the target e (`damping_ratio(e)`) and the tc of
-  a contact lasting about `contact_time`. Gravity during
-  the contact and MuJoCo's time step move the bounce a little off that e. Out of
-  contact the ball is ballistic, so the speeds at which it crosses the height of
-  first touch (z = radius) going down and coming up follow exactly from the
-  clean states at MuJoCo's own step; e_effective is the mean of their ratios
-  over the bounces whose rebound rises at least 10 noise levels (`ratios`
-  holds each one). The slower bounces after them are hidden in the noise, and
-  there gravity during the contact, g contact_time against the impact speed,
-  lowers MuJoCo's ratio.
+  a contact lasting about `contact_time`. Gravity during the contact and
+  MuJoCo's time step move the bounce a little off that e. Out of contact the
+  ball is ballistic, so the speeds at which it crosses the height of first
+  touch (z = radius) going down and coming up follow exactly from the clean
+  states at MuJoCo's own step; e_effective is the mean of their ratios over the
+  bounces whose rebound rises at least 10 noise levels (`ratios` holds each
+  one). The slower bounces after them are hidden in the noise, and there
+  gravity during the contact, g contact_time against the impact speed, lowers
+  MuJoCo's ratio. A rigid model (jaxrbd's) cannot spend time in contact: its fit
+  takes that time out of the flights, so keep `contact_time` short.
 
 Needs the optional `mujoco` package (`pip install jaxrbd[mjcf]`).
 """
