@@ -76,6 +76,11 @@ class ForeignData:
     engine: str = ""
 
 
+def _check_positive(**values):
+    for name, value in values.items():
+        check_value(name, value, shape=(), positive=True)
+
+
 def _check_rate(rate, substeps):
     check_value("rate", rate, shape=(), positive=True)
     if not isinstance(substeps, int) or isinstance(substeps, bool) or substeps < 1:
@@ -137,11 +142,7 @@ def mujoco_sliding_box(
         `ForeignData` with columns ("x", "y"); `effective` is MuJoCo's mu from the
         box's deceleration (module docstring).
     """
-    check_value("mu", mu, shape=(), positive=True)
-    check_value("speed", speed, shape=(), positive=True)
-    check_value("duration", duration, shape=(), positive=True)
-    check_value("mass", mass, shape=(), positive=True)
-    check_value("gravity", gravity, shape=(), positive=True)
+    _check_positive(mu=mu, speed=speed, duration=duration, mass=mass, gravity=gravity)
     check_value("half_extents", half_extents, shape=(3,), positive=True)
     _check_rate(rate, substeps)
     if cone not in ("elliptic", "pyramidal"):
@@ -262,11 +263,15 @@ def mujoco_bouncing_ball(
         `ratios` each completed bounce's ratio.
     """
     zeta = damping_ratio(e)
-    for name, value in (("height", height), ("duration", duration), ("contact_time", contact_time)):
-        check_value(name, value, shape=(), positive=True)
-    for name, value in (("radius", radius), ("mass", mass), ("gravity", gravity)):
-        check_value(name, value, shape=(), positive=True)
-    check_value("impedance", impedance, shape=(), positive=True)
+    _check_positive(
+        height=height,
+        duration=duration,
+        contact_time=contact_time,
+        radius=radius,
+        mass=mass,
+        gravity=gravity,
+        impedance=impedance,
+    )
     if not impedance < 1.0:
         raise ValueError(f"impedance must be in (0, 1), got {impedance!r}")
     _check_rate(rate, substeps)
