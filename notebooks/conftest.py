@@ -1,10 +1,18 @@
-"""Notebook collection: the costliest notebooks (the paper reproductions at full scale, the MJCF models
-stepped beside MuJoCo with a fit, the friction cones compared on one scene, and the fits to MuJoCo-made
-data) run with the slow set (`pytest -m slow`, which CI runs too)."""
+"""Notebook collection: the costliest notebooks (the paper reproductions at full scale, the friction and
+restitution fits, the parameter sweep, the friction cones compared on one scene, the MJCF models stepped beside MuJoCo with a fit,
+and the fits to MuJoCo-made data) run with the slow set (`pytest -m slow`, which CI runs too)."""
 
 import pytest
 
-SLOW_NOTEBOOKS = ("02_paper_reproductions.ipynb", "06_friction_cones.ipynb", "07_models.ipynb", "08_foreign_data.ipynb")
+SLOW_NOTEBOOKS = (
+    "02_paper_reproductions.ipynb",
+    "03_friction_identification.ipynb",
+    "04_restitution_identification.ipynb",
+    "05_parameter_sweep.ipynb",
+    "06_friction_cones.ipynb",
+    "07_models.ipynb",
+    "08_foreign_data.ipynb",
+)
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -1,4 +1,5 @@
-"""Shared test set-up: float64 everywhere, compiled code freed per module, no persistent compilation cache."""
+"""Shared test set-up: float64 everywhere, compiled code freed before it exhausts the memory maps, no persistent
+compilation cache."""
 
 import gc
 import os
@@ -14,17 +15,36 @@ jax.config.update("jax_enable_x64", True)
 import pytest  # noqa: E402
 
 
+def _memory_maps():
+    """(maps this process holds, the kernel's limit), or None where /proc does not tell (not Linux)."""
+    try:
+        with open("/proc/self/maps") as maps:
+            held = sum(1 for _ in maps)
+        with open("/proc/sys/vm/max_map_count") as limit:
+            return held, int(limit.read())
+    except (OSError, ValueError):
+        return None
+
+
+# A module may add up to about 20,000 maps (a large gradient program holds about 5,000); clearing once a third
+# of the limit is held leaves every module two thirds of it.
+MAP_SHARE = 1 / 3
+
+
 @pytest.fixture(autouse=True, scope="module")
 def _free_compiled_code():
-    """Drop every compiled executable after each test module.
+    """Drop every compiled executable after a test module once the process holds many memory maps.
 
-    Each XLA:CPU executable keeps a few memory mappings alive; the whole suite
-    compiles thousands of programs, and one process that keeps them all crosses
-    Linux's default vm.max_map_count (65530), after which the next compile
+    Each XLA:CPU executable keeps memory mappings alive (thousands for a rollout
+    with its gradient); one process that keeps every program of the suite crosses
+    Linux's vm.max_map_count (65530 by default), after which the next compile
     aborts or segfaults inside XLA. Tests share compiled functions within a
-    module (module-scoped fixtures, cached jitted closures), so freeing them at
-    module boundaries costs little recompilation.
+    module (module-scoped fixtures, cached jitted closures), and modules share
+    the small programs of eager calls, so the cache is kept across modules until
+    MAP_SHARE of the limit is held (and always cleared where /proc cannot say).
     """
     yield
-    jax.clear_caches()
-    gc.collect()
+    maps = _memory_maps()
+    if maps is None or maps[0] > MAP_SHARE * maps[1]:
+        jax.clear_caches()
+        gc.collect()

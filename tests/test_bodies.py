@@ -135,9 +135,10 @@ def test_cube_on_incline_sticks_without_creep():
     assert float(jax.vmap(scene.system.gap)(traj.q).min()) >= -1e-8
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "heading, cone_factor",
-    [(0.0, 1.0), pytest.param(math.pi / 8, math.cos(math.pi / 8), marks=pytest.mark.slow)],
+    [(0.0, 1.0), (math.pi / 8, math.cos(math.pi / 8))],
     ids=["aligned", "half-way between directions"],
 )
 def test_cube_slides_down_the_incline(heading, cone_factor):
@@ -170,6 +171,7 @@ def test_cube_slides_down_the_incline(heading, cone_factor):
     assert float(jax.vmap(scene.system.gap)(traj.q).min()) >= -1e-8
 
 
+@pytest.mark.slow
 def test_polyhedral_bias_for_a_generic_misalignment_drifts_sideways():
     """At pi/16 from a direction the friction is a polygon vertex, not opposite the velocity: the cube veers."""
     angle, mu, h, heading = math.radians(30.0), 0.3, 0.01, math.pi / 16
@@ -183,9 +185,8 @@ def test_polyhedral_bias_for_a_generic_misalignment_drifts_sideways():
     assert side > 1e-3
 
 
-@pytest.mark.parametrize(
-    "h", [0.01, pytest.param(0.005, marks=pytest.mark.slow), pytest.param(0.0025, marks=pytest.mark.slow)]
-)
+@pytest.mark.slow
+@pytest.mark.parametrize("h", [0.01, 0.005, 0.0025])
 def test_rolling_ball_slip_time_and_final_speed(h):
     """Sliding ball: slip ends at 2 v0 / (7 mu g) (to within h), then rolls at 5 v0 / 7 (exact)."""
     v0, mu, r = 1.0, 0.3, 0.1

@@ -388,9 +388,11 @@ GENERIC = {
         _capsule(jnp.array([0.095, 0.0, 0.07]), _R([0.0, 1.0, 0.0], 0.05), 0.15, 0.04),
     ),
 }
+# The box-box and capsule-box gradient programs take 15 to 20 s each to compile: they run with the slow set.
+SLOW_GAPS = tuple(name for name, (fn, _, _) in GENERIC.items() if fn is not geometry.capsule_capsule)
 
 
-@pytest.mark.parametrize("name", list(GENERIC))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW_GAPS else n for n in GENERIC])
 def test_gap_gradients_match_central_differences(name):
     """Generic poses (no feature switch within 1e-6): d gap / d pose of b, autodiff against differences."""
     fn, a, b = GENERIC[name]
@@ -440,7 +442,13 @@ DEGENERATE = {
 }
 
 
-@pytest.mark.parametrize("name", list(DEGENERATE))
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(n, marks=pytest.mark.slow) if DEGENERATE[n][0] is not geometry.capsule_capsule else n
+        for n in DEGENERATE
+    ],
+)
 def test_gradients_are_finite_at_degenerate_poses(name):
     """Touching, parallel faces and edges, identical poses: every output's Jacobian is finite."""
     fn, a, b = DEGENERATE[name]
@@ -452,6 +460,7 @@ def test_gradients_are_finite_at_degenerate_poses(name):
 # --- Scenes and physics ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_box_pairs_build_with_their_capacities():
     """Box-box (8 contacts, 2 planar), capsule-box (4) and capsule-capsule (2) are accepted by the builder."""
     b = rbd.SceneBuilder(collide_bodies=True)

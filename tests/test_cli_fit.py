@@ -65,6 +65,7 @@ def run(args, tmp_path, capsys):
     return capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_fit_any_scene_writes_the_fit_its_interval_and_a_plot(factory_module, block_csv, tmp_path, capsys):
     main(
         [

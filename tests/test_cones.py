@@ -33,7 +33,7 @@ def _spin(mu, e_r, *, friction, dt, steps, omega=1.962):
     return rbd.simulate(*scene, dt=dt, steps=steps)
 
 
-@pytest.mark.parametrize("dt", [0.07, 0.01])
+@pytest.mark.parametrize("dt", [pytest.param(0.07, marks=pytest.mark.slow), 0.01])
 @pytest.mark.parametrize("friction", ["exact", "eq5"])
 def test_p3_spinning_sphere_exact(friction, dt):
     """002 §4.2: omega_z falls with slope -1.962 and stops in the step containing t = 1.0."""
@@ -51,6 +51,7 @@ def test_p3_spinning_sphere_exact(friction, dt):
     np.testing.assert_allclose(traj.impulses.moment[: stop - 1, 0], -0.4 * 0.2 * G * dt, rtol=EXACT_RTOL)
 
 
+@pytest.mark.slow
 def test_p3_six_directions_slower():
     """002 eq. (6): no direction is pure torsion, so the moment is sin(elevation) of the exact one."""
     traj = _spin(0.2, 0.4, friction="eq6", dt=0.07, steps=18)
@@ -64,6 +65,7 @@ def test_p3_six_directions_slower():
     assert w[-1] == pytest.approx(0.0, abs=ZERO_TOL)
 
 
+@pytest.mark.slow
 def test_mixed_cone_decouples_torsion():
     """002 example (c): with |c_r| <= e_r mu c_n separate from the ellipse, sliding does not weaken the moment."""
     scene = rbd.scenes.rolling_ball(v0=1.0, mu=0.3, radius=0.1, friction=MixedCone(1.0, 1.0, 0.05))
@@ -96,6 +98,7 @@ def _slide_one(heading, friction):
 HEADINGS = jnp.linspace(0.0, 2 * math.pi, 25)[:-1] + 0.01
 
 
+@pytest.mark.slow
 def test_elliptic_cone_is_exact_in_every_direction():
     """A cube sliding at heading phi feels friction mu N, exactly opposite its velocity, for every phi."""
     v, residual = _slide(HEADINGS, EllipticCone())
@@ -151,7 +154,8 @@ def test_p3_gradient_matches_exact_derivative():
     np.testing.assert_allclose(d_er, -2.5 * G * 0.2 * 0.5, rtol=EXACT_RTOL)
 
 
-@pytest.mark.parametrize("case", [pytest.param("apex", marks=pytest.mark.slow), "zero_slip"])
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["apex", "zero_slip"])
 def test_smooth_cone_gradients_finite_at_degenerate_points(case):
     """At the cone apex (a contact with c_n = 0) and at zero slip (sticking), gradients are finite."""
 

@@ -346,6 +346,7 @@ def _assert_solved(traj):
     assert float(traj.stats.residual.max()) <= RESIDUAL
 
 
+@pytest.mark.slow
 def test_mesh_rests_on_a_plane_and_on_a_box_without_creep():
     """A cube given as a mesh resting on a plane, a second on a box table, with friction: over 1 s at
     h = 0.01 no body moves more than 1e-9 m and every step solves to 1e-8. The second cube's vertices are

@@ -43,6 +43,7 @@ def _check_grads(solver, seed):
     np.testing.assert_allclose(gA, fd_A, rtol=GRAD_RTOL, atol=GRAD_RTOL * np.abs(fd_A).max())
 
 
+@pytest.mark.slow
 def test_gradients_match_finite_differences_ssn():
     for seed in range(3):
         _check_grads(rbd.SemismoothNewton(), seed)
@@ -64,6 +65,7 @@ def test_gradient_at_degenerate_point_is_finite():
     np.testing.assert_allclose(gb, -0.5 * np.ones(3), rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_impulse_gradient_with_non_unique_multipliers():
     """A body held by more contacts than it has degrees of freedom: lam and beta are
     not unique, the generalized impulse is, and so is its derivative."""
@@ -91,6 +93,7 @@ def _lcp_arrays(M, N, D, mu, b):
     return prob.lcp.A, prob.lcp.b
 
 
+@pytest.mark.slow
 def test_gradient_through_friction_builder_wrt_mu():
     """A sliding contact: the friction impulse is mu c_n, so d impulse_x / d mu = -c_n."""
     M = jnp.eye(2)

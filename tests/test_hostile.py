@@ -29,15 +29,20 @@ who is stacked on whom) is one of a few fixed `STRUCTURES`, each compiled once p
 scheme as one jitted function (`run_with_gradient`: value and gradient; `run_forward`:
 the rollout alone) whose inputs are the parameter VALUES (the leaves of the system and
 the state, replaced with `eqx.tree_at`). Hypothesis draws the structure and the
-values. The default run draws FAST_EXAMPLES scenes per scheme from FAST_STRUCTURES
-(4 bodies of every kind, two of them stacked), derandomized, with gradients for
-FAST_GRADIENTS (a gradient program compiles in twice the time of a rollout): three
-compiles, about a minute on two busy cores. The slow profile (marked `long`, out of CI for its time: `pytest -m long`) draws
-SLOW_EXAMPLES scenes per scheme of SLOW_SCHEMES from every structure, with
-gradients: about 16 minutes of one core per scheme (972 s for Anitescu-Potra). The long profile draws
-LONG_EXAMPLES scenes per scheme from every structure with gradients, and
-LONG_RUN_EXAMPLES per scheme for LONG_RUN_STEPS steps; it runs from
-`benchmarks/hostile_findings.py` (its options choose the schemes and the count).
+values. Four profiles:
+
+- default run: FAST_EXAMPLES scenes per scheme of the scheme's small structure in
+  FAST_STRUCTURES, derandomized, without gradients: three compiles, under a minute;
+- slow set (`pytest -m slow`, in CI): MIXED_EXAMPLES scenes per scheme of
+  MIXED_STRUCTURES (4 bodies of every kind, two of them stacked), with gradients for
+  MIXED_GRADIENTS (a gradient program compiles in twice the time of a rollout): about
+  four minutes of one core;
+- `pytest -m long` (out of CI for its time): SLOW_EXAMPLES scenes per scheme of
+  SLOW_SCHEMES from every structure, with gradients: about 16 minutes of one core per
+  scheme (972 s for Anitescu-Potra);
+- LONG_EXAMPLES scenes per scheme from every structure with gradients, and
+  LONG_RUN_EXAMPLES per scheme for LONG_RUN_STEPS steps, run from
+  `benchmarks/hostile_findings.py` (its options choose the schemes and the count).
 
 Every pair of bodies collides (box-box and capsule-box included); `box_stack`
 stacks a capsule on a box on a box.
@@ -66,7 +71,8 @@ ENERGY_RTOL = 1e-9  # the energy never increases by more than this relative amou
 QUAT_TOL = 1e-12  # | |quaternion| - 1 |
 GAP_ROUNDOFF = 1e-12  # metres: round-off of a gap
 ROW_TOL = 1e-10  # the solvers' float64 tolerance on a row, relative to the impulses above 1 (`within_tolerance`)
-FAST_EXAMPLES = 5  # per scheme, in the default run
+FAST_EXAMPLES = 10  # per scheme, in the default run (a small structure's run takes a fraction of a second)
+MIXED_EXAMPLES = 5  # per scheme, in the slow set's mixed profile
 SLOW_EXAMPLES = 20  # per scheme, in the long set: every structure, with gradients
 LONG_EXAMPLES = 100  # per scheme, in the long profile (benchmarks/hostile_findings.py)
 LONG_RUN_EXAMPLES = 2  # per scheme, slow: LONG_RUN_STEPS steps each
@@ -105,14 +111,17 @@ STRUCTURES = {
         (None, 0, 1, None, 3, None, None, 6),
     ),
 }
-FAST_STRUCTURES = ("mixed4",)
+# The default run draws from one small structure per scheme, without gradients (10 to 18 seconds of
+# compilation each); the slow set draws as many from MIXED_STRUCTURES, where every kind of pair meets.
+FAST_STRUCTURES = {"anitescu_potra": "box", "poisson": "box", "stewart_trinkle": "capsule_on_sphere"}
+MIXED_STRUCTURES = ("mixed4",)
 # These run on `ContactSweeps` wherever it supports the scheme (not Poisson's impact law), so that the suite
 # attacks the sparse solver too; `simulate` alone runs them on the dense step (their contacts share bodies,
 # and they have fewer than AUTO_SIZE_COUPLED rows).
 SWEEP_STRUCTURES = ("mixed6", "mixed8")
-# The default run checks gradients for these schemes (a gradient program compiles in twice the time of a
-# rollout); the slow run checks them for all.
-FAST_GRADIENTS = ("anitescu_potra",)
+# The slow set's mixed profile checks gradients for these schemes (a gradient program compiles in twice the
+# time of a rollout); the long profile checks them for all.
+MIXED_GRADIENTS = ("anitescu_potra",)
 
 SCHEMES = {
     "anitescu_potra": dict(scheme=rbd.AnitescuPotra(), restitution=None),
@@ -530,9 +539,20 @@ LONG = settings(FAST, max_examples=LONG_EXAMPLES)
 
 @pytest.mark.parametrize("scheme", SCHEMES)
 @FAST
-@given(d=scenes(FAST_STRUCTURES))
-def test_hostile_scenes(scheme, d):
-    run_and_check(d, scheme, gradient=scheme in FAST_GRADIENTS)
+@given(data=st.data())
+def test_hostile_scenes(scheme, data):
+    """The default profile: FAST_EXAMPLES scenes of the scheme's small structure."""
+    d = data.draw(scenes((FAST_STRUCTURES[scheme],)))
+    run_and_check(d, scheme, gradient=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scheme", SCHEMES)
+@settings(FAST, max_examples=MIXED_EXAMPLES)
+@given(d=scenes(MIXED_STRUCTURES))
+def test_hostile_mixed_scenes(scheme, d):
+    """The slow set's profile: MIXED_EXAMPLES scenes of four bodies of every kind, two of them stacked."""
+    run_and_check(d, scheme, gradient=scheme in MIXED_GRADIENTS)
 
 
 @pytest.fixture

@@ -67,6 +67,7 @@ def _one_step(builder):
     return traj.stats
 
 
+@pytest.mark.slow
 def test_stewart_trinkle_converges_for_a_heavy_box_landing_beside_a_ball():
     """A 1000 kg box landing on an edge at 1.03 m/s, turning at 4.7 rad/s, with a 1 kg ball at rest 1.8 m away.
 
@@ -146,6 +147,7 @@ def test_capsule_landing_flat_converges():
     assert bool(stats.converged[0]) and float(stats.residual[0]) <= 1e-10, f"residual {float(stats.residual[0]):.3g}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "scheme", [rbd.AnitescuPotra(), rbd.StewartTrinkle()], ids=["anitescu_potra", "stewart_trinkle"]
 )

@@ -75,6 +75,7 @@ def test_inelastic_ball_does_not_bounce_and_elastic_ball_keeps_its_energy():
     assert abs(loss) < 0.01 and np.all(np.abs(apex[:5] / DROP - 1) < 0.01)
 
 
+@pytest.mark.slow
 def test_apex_gradient_matches_2_e_h0():
     h = 2.5e-4
     steps = round(1.4 / h)
@@ -184,6 +185,7 @@ def test_energy_gain_where_the_readme_says():
     assert gains["poisson", 0.3] <= 1e-9 and gains["poisson", 0.0] <= 1e-9
 
 
+@pytest.mark.slow
 def test_four_balls_with_restitution_bounce_off_the_table():
     """004 Figure 3: e = 0.9; the thrown ball leaves the table at 0.9 times its impact speed (no spin coupling)."""
     h = 0.0025

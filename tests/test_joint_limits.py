@@ -90,6 +90,7 @@ def stops():
     return _scene(LENGTH, G), traj, np.asarray(coords)
 
 
+@pytest.mark.slow
 def test_stops_are_rows_of_the_contact_record(stops):
     scene, traj, _ = stops
     rows = scene.bodies.limit_rows()
@@ -122,6 +123,7 @@ def test_stops_follow_the_broad_phase_slots():
     assert float(contacts.mu[-1]) == 0.0 and bool(contacts.active[-1])
 
 
+@pytest.mark.slow
 def test_hinge_stops_the_pendulum_at_its_limit_and_reports_the_impulse(stops):
     scene, traj, coords = stops
     assert bool(traj.stats.converged.all()) and float(traj.stats.residual.max()) <= 1e-8
@@ -146,6 +148,7 @@ def test_hinge_stops_the_pendulum_at_its_limit_and_reports_the_impulse(stops):
     np.testing.assert_allclose(rest, exact, rtol=REST_RTOL)
 
 
+@pytest.mark.slow
 def test_one_sided_hinge_and_slide_stops(stops):
     scene, traj, coords = stops
     angle, s = coords[:, 2], coords[:, 3]
@@ -164,6 +167,7 @@ def test_one_sided_hinge_and_slide_stops(stops):
     assert float(traj.stats.joint_violation.max()) <= 1e-10
 
 
+@pytest.mark.slow
 def test_rate_rows_are_the_derivative_of_the_coordinates(stops):
     scene, traj, _ = stops
     system, model = scene.system, scene.bodies
@@ -198,6 +202,7 @@ def test_a_replayed_log_reproduces_the_controller_trajectory():
     assert float(jnp.ptp(traj.q[:, 0])) > 0.1  # it moved
 
 
+@pytest.mark.slow
 def test_constant_motor_torque_on_a_wheel_gives_tau_over_I_and_forces_F_over_m():
     tau, push, thrust = 0.7, 0.4, -0.3
     u = jnp.tile(jnp.array([tau / GEARS[0], push, thrust]), (STEPS, 1))
@@ -266,6 +271,7 @@ def test_bad_ranges_are_rejected_naming_the_argument(kind, rng, match):
     assert "'hinge'" in str(err.value)
 
 
+@pytest.mark.slow
 def test_bad_motors_and_controls_are_rejected_naming_the_argument(stops):
     b, add = _hinged()
     add("ball", "arm")
@@ -289,6 +295,7 @@ def test_bad_motors_and_controls_are_rejected_naming_the_argument(stops):
         rbd.simulate(*scene, dt=H, steps=3, controls=lambda t, s: jnp.zeros(2))
 
 
+@pytest.mark.slow
 def test_contact_sweeps_still_rejects_scenes_with_joints(stops):
     with pytest.raises(ValueError, match="does not support joints"):
         rbd.simulate(*stops[0], dt=H, steps=3, solver=rbd.ContactSweeps())

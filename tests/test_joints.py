@@ -71,13 +71,10 @@ def test_pendulum_period_converges_to_the_exact_one():
     assert all(e <= h for e, h in zip(errors, (0.01, 0.005, 0.0025), strict=True))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "law",
-    [
-        rbd.Newton(),
-        pytest.param(rbd.Poisson(), marks=pytest.mark.slow),
-        pytest.param(rbd.Poisson(expedient=True), marks=pytest.mark.slow),
-    ],
+    [rbd.Newton(), rbd.Poisson(), rbd.Poisson(expedient=True)],
     ids=repr,
 )
 def test_pendulum_strikes_the_wall_and_rebounds_with_e(law):
@@ -173,6 +170,7 @@ def test_violated_initial_joint_warns_and_is_projected():
         b2.build()
 
 
+@pytest.mark.slow
 def test_planar_pendulum_period():
     """A disk on a pin in a planar scene: the same exact period, with the joint's 2 rows."""
     theta0, h = 0.1, 0.0025

@@ -3,6 +3,7 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import jaxrbd as rbd
 from jaxrbd import dynamics
@@ -37,6 +38,7 @@ def _step_lcps():
     return build(scene.state)
 
 
+@pytest.mark.slow
 def test_lemke_float32_solves_every_four_ball_step():
     """All 29 LCPs converge in float32, by pivoting alone and with the default polish.
 

@@ -187,6 +187,7 @@ CHAIN_XML = """
 """
 
 
+@pytest.mark.slow
 def test_state_maps_round_trip_and_match_mujoco_kinematics():
     m = mujoco.MjModel.from_xml_string(CHAIN_XML)
     d = mujoco.MjData(m)

@@ -87,6 +87,7 @@ def _check_batch(probs, cold, warm, lemke):
     return non_unique
 
 
+@pytest.mark.slow
 def test_batch_has_every_contact_mode(batch100):
     probs, _, lemke = batch100
     sep, stick, slide = _contact_modes(probs, lemke.z)
@@ -95,12 +96,14 @@ def test_batch_has_every_contact_mode(batch100):
         assert count >= 0.1 * total, (sep, stick, slide)
 
 
+@pytest.mark.slow
 def test_default_solver_and_lemke_on_100(batch100):
     probs, cold, lemke = batch100
     warm = solve_batch_ssn(probs.lcp.A, probs.lcp.b, jnp.roll(lemke.z, 1, axis=0))
     _check_batch(probs, cold, warm, lemke)
 
 
+@pytest.mark.slow
 def test_newton_alone_reports_its_stalls(batch100):
     """Without the fallback, a stalled lane is flagged, never passed off as a solution."""
     probs, _, _ = batch100
@@ -128,6 +131,7 @@ def _check_loop(probs, batched):
     _check_impulses(probs, loop, batched)
 
 
+@pytest.mark.slow
 def test_vmap_matches_python_loop(batch100):
     probs, cold, _ = batch100
     _check_loop(probs, cold)
@@ -187,6 +191,7 @@ def test_float32_residuals():
     assert np.all(res64[converged] <= bound[converged]), (res64 - bound)[converged].max()
 
 
+@pytest.mark.slow
 def test_slow_lanes_of_a_batch_go_on_alone(batch100):
     """Under vmap every lane gets `lane_iterations` Newton steps, and the lanes still open go on
     `lane_chunk` at a time, in blocks of `lane_block` lanes (`SemismoothNewton.run_lanes`): with 1

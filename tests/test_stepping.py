@@ -109,7 +109,8 @@ def _rod_end_state(params, steps):
     "steps",
     [
         160,  # 0 to 0.40 s: flight, the impact step (sticking), flight again; theta still varies
-        220,  # 0 to 0.55 s: through the slap-down step, which slides; x depends on mu
+        # 0 to 0.55 s: through the slap-down step, which slides; x depends on mu
+        pytest.param(220, marks=pytest.mark.slow),
     ],
 )
 def test_rod_gradients_match_finite_differences(steps):
@@ -143,6 +144,7 @@ def _check_vmap_over_mu_matches_loop(mus, dt, steps):
         np.testing.assert_allclose(np.asarray(batched[i]), np.asarray(run(mu)), rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.slow
 def test_vmap_over_mu_matches_loop():
     _check_vmap_over_mu_matches_loop(jnp.linspace(0.05, 1.5, 8), dt=0.005, steps=120)
 
@@ -166,6 +168,7 @@ def test_p1_other_step_sizes(h):
     assert abs(ev.full_contact - 0.548) <= 0.03
 
 
+@pytest.mark.slow
 def test_anitescu_potra_and_nonlinear_schemes_on_the_rod():
     system, state = rbd.scenes.falling_rod()
     for scheme in (rbd.AnitescuPotra(), rbd.AnitescuPotra(project=True), rbd.StewartTrinkle(fixed_point_iterations=2)):

@@ -34,7 +34,9 @@ def _local_lcp(W, u, mu, S):
     return K, K.T @ W @ K + L, K.T @ u
 
 
-@pytest.mark.parametrize("k, scales", [(8, (1.0, 1.0)), (5, (1.0, 1.0)), (8, (1.0, 0.5))])
+@pytest.mark.parametrize(
+    "k, scales", [(8, (1.0, 1.0)), (5, (1.0, 1.0)), pytest.param(8, (1.0, 0.5), marks=pytest.mark.slow)]
+)
 def test_enumeration_solves_every_contact_lcp_as_lemke_does(k, scales):
     rng = np.random.default_rng(k)
     S = polygon_directions(k) * np.asarray(scales)
@@ -83,6 +85,7 @@ def _agree(rollout, scene, dt, steps, atol):
     return sparse
 
 
+@pytest.mark.slow
 def test_sphere_grid_matches_the_dense_step(rollout):
     traj = _agree(rollout, rbd.scenes.sphere_grid(8), 0.01, 60, 1e-12)
     np.testing.assert_allclose(traj.q[-1, 2::7], 0.1, atol=1e-12)  # at rest on the table
@@ -104,6 +107,7 @@ def test_cube_on_incline_does_not_creep(rollout):
     assert float(jnp.max(jnp.linalg.norm(traj.q[:, :3] - traj.q[0, :3], axis=1))) < 1e-10
 
 
+@pytest.mark.slow
 def test_cube_slides_with_the_exact_acceleration(rollout):
     """mu < tan(theta), a direction along the slope: a = g (sin - mu cos) to 1e-6 relative."""
     angle, mu, h = math.radians(30.0), 0.3, 0.01
@@ -148,6 +152,7 @@ def test_gradients_match_central_differences():
     assert abs(float(fd[0])) > 1e-3  # mu matters here
 
 
+@pytest.mark.slow
 def test_gradient_is_finite_at_rest_on_the_table():
     """Sticking and resting contacts (degenerate multipliers): the gradient stays finite."""
 
@@ -168,6 +173,7 @@ def test_large_body_scenes_pick_the_sparse_solver():
     assert isinstance(choose(large), rbd.ContactSweeps)
 
 
+@pytest.mark.slow
 def test_coupled_scenes_stay_on_the_dense_step_up_to_the_coupled_size():
     """Contacts sharing bodies (a stack) take rounds of sweeps: the dense step runs them up to AUTO_SIZE_COUPLED rows."""
     rows = lambda scene: 10 * scene.system.ncontacts(scene.state.q)  # Stewart-Trinkle, 8 directions: 10 rows a contact

@@ -203,6 +203,7 @@ def _fit_throws(inputs, observed, n, start=0.5, **kw):
 WIDTH_BAND = (0.7, 1.3)
 
 
+@pytest.mark.slow
 def test_ten_throws_interval_shrinks_as_one_over_sqrt_n(throws):
     """mu from 1, 3 and 10 throws fitted together (1 mm noise): the width times sqrt(n) is constant.
 
@@ -232,6 +233,7 @@ def test_ten_throws_interval_shrinks_as_one_over_sqrt_n(throws):
     assert abs(mus[10] / MU - 1) <= 0.01
 
 
+@pytest.mark.slow
 def test_second_fit_on_new_data_does_not_recompile(throws):
     """A fit on new data of the same shapes (other noise, other mask) traces nothing and compiles nothing."""
     inputs, (first, second) = throws
@@ -244,6 +246,7 @@ def test_second_fit_on_new_data_does_not_recompile(throws):
     assert abs(result.params["mu"] / MU - 1) <= 0.01
 
 
+@pytest.mark.slow
 def test_sticking_block_is_reported_unidentified_with_a_one_sided_bound(throws):
     """A box at rest on a 20 degree slope with mu = 0.5 never moves: mu >= tan(20 deg) is all the data say."""
     inputs, _ = throws
