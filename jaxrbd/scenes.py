@@ -1,4 +1,4 @@
-"""Reference scenes (BENCHMARKS.md). Every physical parameter is an argument and may be traced.
+"""Reference scenes (docs/BENCHMARKS.md). Every physical parameter is an argument and may be traced.
 
 Each builder returns a `Scene`, which unpacks to `(system, state)`:
 
