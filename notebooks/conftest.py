@@ -1,6 +1,7 @@
-"""Notebook collection: the costliest notebooks (the paper reproductions at full scale, the friction and
-restitution fits, the parameter sweep, the friction cones compared on one scene, the MJCF models stepped beside MuJoCo with a fit,
-and the fits to MuJoCo-made data) run with the slow set (`pytest -m slow`, which CI runs too)."""
+"""Notebook collection: every notebook but the quick start (the paper reproductions at full scale, the friction
+and restitution fits, the parameter sweep, the friction cones compared on one scene, the MJCF models stepped
+beside MuJoCo with a fit, and the fits to MuJoCo-made data) runs with the slow set (`pytest -m slow`, which CI
+runs too)."""
 
 import pytest
 

@@ -388,11 +388,18 @@ GENERIC = {
         _capsule(jnp.array([0.095, 0.0, 0.07]), _R([0.0, 1.0, 0.0], 0.05), 0.15, 0.04),
     ),
 }
-# The box-box and capsule-box gradient programs take 15 to 20 s each to compile: they run with the slow set.
-SLOW_GAPS = tuple(name for name, (fn, _, _) in GENERIC.items() if fn is not geometry.capsule_capsule)
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW_GAPS else n for n in GENERIC])
+def _capsule_pairs_by_default(cases):
+    """The case names, those not capsule-capsule marked slow: the box-box and capsule-box gradient programs take
+    15 to 20 s each to compile, so they run with the slow set."""
+    return [
+        n if fn is geometry.capsule_capsule else pytest.param(n, marks=pytest.mark.slow)
+        for n, (fn, *_) in cases.items()
+    ]
+
+
+@pytest.mark.parametrize("name", _capsule_pairs_by_default(GENERIC))
 def test_gap_gradients_match_central_differences(name):
     """Generic poses (no feature switch within 1e-6): d gap / d pose of b, autodiff against differences."""
     fn, a, b = GENERIC[name]
@@ -442,13 +449,7 @@ DEGENERATE = {
 }
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(n, marks=pytest.mark.slow) if DEGENERATE[n][0] is not geometry.capsule_capsule else n
-        for n in DEGENERATE
-    ],
-)
+@pytest.mark.parametrize("name", _capsule_pairs_by_default(DEGENERATE))
 def test_gradients_are_finite_at_degenerate_poses(name):
     """Touching, parallel faces and edges, identical poses: every output's Jacobian is finite."""
     fn, a, b = DEGENERATE[name]
