@@ -538,8 +538,6 @@ class SceneBuilder:
                     key = (sha.kind, shb.kind)
                     groups.setdefault(key, []).append((ia[1], ib[1], capacity(self.dim)))
                     contact_info.append((key, na, nb_, sha, shb, capacity(self.dim)))
-        if not contact_info:
-            raise ValueError("the scene has no contact pairs: add static geometry or let bodies collide")
         pair_groups = tuple(_group(kinds, entries, self.broadphase) for kinds, entries in groups.items())
         # Contacts are ordered by group; within a group, in pair order.
         q0 = jnp.concatenate([b.q for b in self._bodies])
@@ -595,7 +593,7 @@ class SceneBuilder:
             control=None if motor_params is None else jnp.zeros(len(motor_layout), motor_params.gear.dtype),
         )
         cone = self._cone(pair_cones)
-        system = model.system(params, jnp.stack(mu), jnp.stack(restitution), self.directions, cone)
+        system = model.system(params, as_float(mu), as_float(restitution), self.directions, cone)
         q0 = _project_initial_joints(model, system, q0)
         state = State(as_float(0.0), q0, jnp.concatenate([b.v for b in self._bodies]))
         scene = Scene(system, state, model)

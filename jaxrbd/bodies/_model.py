@@ -208,6 +208,8 @@ class BodyModel:
         bodies = dict(self.shape_bodies)
         a = [np.repeat(np.array(bodies[g.kind_a])[np.array(g.index_a)], g.capacity) for g in self.groups]
         b = [np.repeat(np.array(bodies[g.kind_b])[np.array(g.index_b)], g.capacity) for g in self.groups]
+        if not self.groups:  # no contact pairs
+            return np.zeros(0, int), np.zeros(0, int)
         return np.concatenate(a), np.concatenate(b)
 
     def _collide(self, q, params):

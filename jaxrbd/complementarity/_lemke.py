@@ -91,6 +91,8 @@ def lemke(A, b, max_pivots):
     """
     n = b.shape[-1]
     dtype = b.dtype
+    if n == 0:  # nothing complementary: a mixed LCP of equality rows alone (joints, no contacts)
+        return jnp.zeros((0,), dtype), jnp.asarray(SUCCESS), jnp.array(0)
     pivot_tol, tie = tolerances(dtype)
     M0 = jnp.concatenate([jnp.eye(n, dtype=dtype), -A, -jnp.ones((n, 1), dtype), b[:, None]], axis=1)
     absM0 = jnp.abs(M0)

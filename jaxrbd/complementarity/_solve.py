@@ -106,6 +106,12 @@ def solve(problem, *, solver=None, z0=None, grad_smoothing=0.0):
     n = problem.size
     dtype = jax.tree_util.tree_leaves(eqx.filter(problem, eqx.is_inexact_array))[0].dtype
     z0 = _check_z0(z0, n, dtype)
+    if n == 0:  # nothing to solve: a time step with no contacts, stops or joints
+        empty = jnp.zeros((0,), dtype)
+        count = jnp.zeros((), jnp.int32)
+        return LCPSolution(
+            empty, empty, jnp.zeros((), dtype), jnp.array(True), count + Status.SUCCESS, count, jnp.array(False)
+        )
     return _solve_checked(problem, solver, z0, float(grad_smoothing))
 
 

@@ -82,6 +82,9 @@ def collide(groups, shape_bodies, shapes, p, R, dim, overflow_distance=0.0):
     bodies = dict(shape_bodies)
     dynamic = any(g.slots is not None for g in groups)
     parts = {key: [] for key in ("gap", "n", "x", "a", "b", "index")}
+    if not groups:  # a scene with no contact pairs (free bodies, joints): no candidates
+        parts = {key: [jnp.zeros((0, 3)[: 1 + (key != "gap")], p.dtype)] for key in ("gap", "n", "x")}
+        parts.update({key: [np.zeros(0, int)] for key in ("a", "b", "index")})
     overflow, offset = jnp.zeros((), jnp.int32), 0
     for g in groups:
         fn, _ = collider(g.kind_a, g.kind_b)

@@ -138,6 +138,8 @@ class ContactSweeps(StepSolver):
             return "it supports 3D scenes only (this one is planar)"
         if model.joints:
             return "it does not support joints; use the dense SemismoothNewton"
+        if not model.groups:
+            return "the scene has no contact pairs, so there is nothing to sweep; use the dense SemismoothNewton"
         if not isinstance(cone, PolyhedralCone) or cone.dim != 2:
             return f"it supports the polyhedral cone in (t, o) only, got {type(cone).__name__}"
         if restitution is not None:
