@@ -313,7 +313,7 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
       collide with nothing are left out, except on a moving body none of whose
       geoms collides: it carries its sphere, capsule, box and mesh geoms, with
       every contact pair excluded. Two bodies must collide with all or none of
-      their geom pairs.
+      their geom pairs. A model none of whose geoms collides has no contact pairs.
     - gravity; the timestep as `scene.dt`; the initial state from qpos0 (zero
       velocity) or `keyframe` (a name or index: its qpos and qvel).
     - `<motor>` actuators on hinge and slide joints, gear times gain: the controls u
