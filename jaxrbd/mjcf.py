@@ -9,8 +9,10 @@ its centre of mass and a unit quaternion wxyz, the convention MuJoCo uses too) w
 joints as equality rows. Each MuJoCo body with one free, ball, hinge or slide joint
 becomes a jaxrbd body whose origin is MuJoCo's centre of mass (`body_ipos`) and
 whose axes are MuJoCo's body axes, with the inertia MuJoCo computed rotated into
-them (R(iquat) diag(body_inertia) R(iquat)^T). Bodies welded to the world are static
-geometry, one static shape per geom. The mapping of everything else is in
+them (R(iquat) diag(body_inertia) R(iquat)^T). A body with no joint is welded to its
+parent, as in MuJoCo (`body_weldid`): under the world it is static geometry, one static
+shape per geom; under a moving body it is part of that rigid body, whose mass, centre of
+mass and inertia are then the weld group's. The mapping of everything else is in
 `load_mjcf`'s docstring; needs the optional `mujoco` package (`pip install jaxrbd[mjcf]`).
 """
 
@@ -30,6 +32,7 @@ from .geometry import Box, Capsule, ConvexMesh, Plane, Sphere
 from .model import Scene, State
 
 FREE, BALL, SLIDE, HINGE = 0, 1, 2, 3  # mjtJoint
+WELDED = -2  # the layout's mark of a body with no joint welded to a moving body (static bodies: -1)
 _KIND = {BALL: "ball", SLIDE: "slide", HINGE: "revolute"}
 _GEOM = {0: "plane", 1: "hfield", 2: "sphere", 3: "capsule", 4: "ellipsoid", 5: "cylinder", 6: "box", 7: "mesh"}
 _DEFAULT_SOLREF = (0.02, 1.0)
@@ -53,9 +56,11 @@ class MjcfLayout:
     Attributes:
         nq, nv: MuJoCo's sizes of qpos and qvel.
         bodies: per MuJoCo body in tree order (the world excluded), (mujoco id,
-            jaxrbd index or -1 for a static body, parent's mujoco id, joint type or
-            -1, qpos address, dof address, body_pos, body_quat, body_ipos, jnt_pos,
-            jnt_axis, qpos0 of a hinge or slide, centre of a hinge's angle window).
+            jaxrbd index or -1, parent's mujoco id, joint type (-1 for a static body,
+            WELDED for one welded to a moving body), qpos address, dof address,
+            body_pos, body_quat, the centre of mass in the body frame (of the bodies
+            welded to it: `_welded_inertia`), jnt_pos, jnt_axis, qpos0 of a hinge or
+            slide, centre of a hinge's angle window).
         static_poses: per static MuJoCo body, (mujoco id, xpos, xquat).
     """
 
@@ -125,7 +130,7 @@ def _frames(layout, qpos):
             xpos, xquat = qpos[a : a + 3], rot.normalize(qpos[a + 3 : a + 7])
         elif jtype == SLIDE:
             xpos = xpos + _rotate(xquat, jnp.asarray(jaxis)) * (qpos[a] - qpos0)
-        else:
+        elif jtype != WELDED:  # ball or hinge; a welded body keeps its pose in its parent's frame
             anchor = xpos + _rotate(xquat, jnp.asarray(jpos))
             local = (
                 rot.normalize(qpos[a : a + 4])
@@ -182,6 +187,10 @@ def _to_qpos(layout, q):
     qpos = jnp.zeros(layout.nq, q.dtype)
     for i, k, parent, jtype, a, _, pos, quat, ipos, jpos, jaxis, qpos0, centre in layout.bodies:
         if jtype == -1:
+            continue
+        if jtype == WELDED:
+            pp, pq = poses[parent]
+            poses[i] = (pp + _rotate(pq, jnp.asarray(pos)), rot.multiply(pq, jnp.asarray(quat)))
             continue
         xquat = rot.normalize(q[7 * k + 3 : 7 * k + 7])
         xpos = q[7 * k : 7 * k + 3] - _rotate(xquat, jnp.asarray(ipos))
@@ -297,7 +306,9 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
     - bodies: mass and inertia as MuJoCo computed them (from `<inertial>` or its
       geoms); the jaxrbd body's origin is the centre of mass, its axes the MuJoCo
       body's. A body with one free, ball, hinge or slide joint moves; a body with no
-      joint whose ancestors have none is static (its geoms are static shapes).
+      joint whose ancestors have none is static (its geoms are static shapes); a body
+      with no joint under a moving one is welded to it (one rigid body: the weld
+      group's mass, centre of mass and inertia, and all of its geoms).
     - joints: free (a free body), ball, hinge ("revolute") and slide, as jaxrbd's
       equality rows between the body and its parent (the world for static
       parents); `range` of a limited hinge or slide becomes the joint's stops. jaxrbd's
@@ -326,7 +337,7 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
     raise NotImplementedError naming the element: cylinder, ellipsoid and
     height-field geoms that collide (ones that collide with nothing are left out and
     listed), equality constraints, explicit `<pair>` contacts, bodies with
-    several joints or welded to a moving body, limited ball joints, actuators other
+    several joints, limited ball joints, actuators other
     than motors on hinges and slides, and flexes. Mocap bodies are static.
 
     Args:
@@ -374,18 +385,14 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
     data.qpos[:] = qpos
     mujoco.mj_kinematics(m, data)
 
-    # Bodies: static (welded to the world) or moving with exactly one joint.
+    # Bodies: static (welded to the world), moving with exactly one joint, or welded to a moving body (one rigid
+    # body with it, as MuJoCo's body_weldid says).
     static = {0}
-    moving = []
+    moving, welded = [], []
     for i in range(1, m.nbody):
         n = m.body_jntnum[i]
         if n == 0:
-            if m.body_parentid[i] not in static:
-                refuse(
-                    f"body {body_name(i)!r} has no joint but its parent {body_name(m.body_parentid[i])!r} moves "
-                    "(welded child bodies are not supported)"
-                )
-            static.add(i)
+            (static.add if m.body_parentid[i] in static else welded.append)(i)
         elif n > 1:
             joints = [joint_name(j) for j in range(m.body_jntadr[i], m.body_jntadr[i] + n)]
             refuse(f"body {body_name(i)!r} has {n} joints {joints}; jaxrbd bodies have one joint each")
@@ -450,11 +457,15 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
             owner[g] = name
 
     layout_bodies, names = [], []
-    state_q, state_v = None, None
+    inertial = {i: _welded_inertia(m, data, i, welded) for i in moving}  # (mass, inertia, centre of mass)
     for i in range(1, m.nbody):
-        if i in static:
+        if i in static or i in welded:
+            pose = (tuple(map(float, m.body_pos[i])), tuple(map(float, m.body_quat[i]))) if i in welded else None
             layout_bodies.append(
-                (i, -1, int(m.body_parentid[i]), -1, 0, 0) + ((0.0,) * 3,) * 2 + ((0.0,) * 3,) * 3 + (0.0, 0.0)
+                (i, -1, int(m.body_parentid[i]), -1 if pose is None else WELDED, 0, 0)
+                + (pose or ((0.0,) * 3, (0.0,) * 4))
+                + ((0.0,) * 3,) * 3
+                + (0.0, 0.0)
             )
             continue
         j = m.body_jntadr[i]
@@ -472,7 +483,7 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
                 int(m.jnt_dofadr[j]),
                 tuple(map(float, m.body_pos[i])),
                 tuple(map(float, m.body_quat[i])),
-                tuple(map(float, m.body_ipos[i])),
+                tuple(map(float, inertial[i][2])),
                 tuple(map(float, m.jnt_pos[j])),
                 tuple(map(float, m.jnt_axis[j])),
                 qpos0,
@@ -486,10 +497,11 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
     layout = MjcfLayout(int(m.nq), int(m.nv), tuple(layout_bodies), static_poses)
     state_q, state_v = _state_of_mujoco(layout, jnp.asarray(qpos), jnp.asarray(qvel))
     ghosts = []  # moving bodies none of whose geoms collide: they carry their geoms, and every pair is excluded
+    root = lambda g: m.body_weldid[m.geom_bodyid[g]]  # the moving body (or the world) that carries geom g
     for k, i in enumerate(moving):
-        geoms = [g for g in live if m.geom_bodyid[g] == i]
+        geoms = [g for g in live if root(g) == i]
         if not geoms:
-            own = [g for g in range(m.ngeom) if m.geom_bodyid[g] == i]
+            own = [g for g in range(m.ngeom) if root(g) == i]
             geoms = [g for g in own if _GEOM.get(int(m.geom_type[g])) in ("sphere", "capsule", "box", "mesh")]
             if not geoms:
                 refuse(
@@ -497,19 +509,24 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
                     f"that it could carry ({[geom_name(g) for g in own]}); jaxrbd bodies need at least one shape"
                 )
             ghosts.append(names[k])
-        ipos = np.array(m.body_ipos[i])
+        mass, inertia, ipos = inertial[i]
         shapes = []
         for g in geoms:
             if m.geom_type[g] == 0:
                 refuse(f"geom {geom_name(g)!r}: a plane on a moving body (planes are static in jaxrbd)")
-            shapes.append(_shape(m, g, np.array(m.geom_pos[g]) - ipos, np.array(m.geom_quat[g])))
+            if m.geom_bodyid[g] == i:
+                pos, quat = np.array(m.geom_pos[g]), np.array(m.geom_quat[g])
+            else:  # on a body welded to i: its pose in i's frame, from the kinematics at the initial qpos
+                R = np.array(data.xmat[i]).reshape(3, 3)
+                pos, quat = R.T @ (data.geom_xpos[g] - data.xpos[i]), np.zeros(4)
+                mujoco.mju_mat2Quat(quat, (R.T @ np.array(data.geom_xmat[g]).reshape(3, 3)).reshape(-1))
+            shapes.append(_shape(m, g, pos - ipos, quat))
             owner[g] = names[k]
-        R = np.asarray(rot.to_matrix(jnp.asarray(m.body_iquat[i])))
         b.add_body(
             names[k],
             *shapes,
-            mass=float(m.body_mass[i]),
-            inertia=R @ np.diag(m.body_inertia[i]) @ R.T,
+            mass=mass,
+            inertia=inertia,
             position=state_q[7 * k : 7 * k + 3],
             orientation=state_q[7 * k + 3 : 7 * k + 7],
             velocity=state_v[6 * k : 6 * k + 3],
@@ -523,7 +540,7 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
             continue
         if jtype == BALL and m.jnt_limited[j]:
             refuse(f"joint {joint_name(j)!r}: a limited ball joint (jaxrbd's ball joints have no range)")
-        parent = m.body_parentid[i]
+        parent = m.body_weldid[m.body_parentid[i]]  # the moving body its parent is welded to, or the world
         other = None if parent in static else body_name(parent)
         a = m.jnt_qposadr[j]
         rng = None
@@ -546,7 +563,7 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
             b.exclude(ghost, other)
     # Contacts: per jaxrbd pair, all of its geom pairs collide or none does.
     pairs = {}
-    moves = {g: m.geom_bodyid[g] in moving for g in live}
+    moves = {g: root(g) in moving for g in live}
     for g1 in live:
         for g2 in live:
             if g1 < g2 and owner[g1] != owner[g2] and (moves[g1] or moves[g2]):
@@ -592,6 +609,25 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
     return MjcfScene(
         scene.system, scene.state, scene.bodies, dt=float(m.opt.timestep), layout=layout, motors=tuple(motors)
     )
+
+
+def _welded_inertia(m, data, i, welded):
+    """(mass, (3, 3) inertia about the centre of mass in i's frame, (3,) centre of mass in i's frame) of moving body
+    i with the bodies welded to it, from MuJoCo's masses and principal inertias posed by the kinematics in `data`."""
+    group = [i] + [k for k in welded if m.body_weldid[k] == i]
+    if len(group) == 1:  # MuJoCo's own numbers, without the round-off of the posed sum
+        R = np.asarray(rot.to_matrix(jnp.asarray(m.body_iquat[i])))
+        return float(m.body_mass[i]), R @ np.diag(m.body_inertia[i]) @ R.T, np.array(m.body_ipos[i])
+    masses = np.array([m.body_mass[k] for k in group])
+    centres = np.array([data.xipos[k] for k in group])
+    mass = float(masses.sum())  # > 0: MuJoCo's compiler refuses a moving body without mass
+    com = masses @ centres / mass
+    inertia = np.zeros((3, 3))
+    for k, mk, xk in zip(group, masses, centres):
+        Rk, d = np.array(data.ximat[k]).reshape(3, 3), xk - com
+        inertia += Rk @ np.diag(m.body_inertia[k]) @ Rk.T + mk * (d @ d * np.eye(3) - np.outer(d, d))
+    R = np.array(data.xmat[i]).reshape(3, 3)
+    return mass, R.T @ inertia @ R, R.T @ (com - data.xpos[i])
 
 
 def _shape(m, g, pos, quat, static=False, normal=None):

@@ -1,0 +1,153 @@
+"""MJCF files written by others (issue 17): Gymnasium's MuJoCo models, loaded and stepped beside MuJoCo's C engine.
+
+The files in tests/data/gymnasium are Gymnasium 1.4.0's (MIT licence, in that folder), unchanged. A test may
+add a keyframe (the drop height) or, where it says so, zero the joints' damping and armature: jaxrbd ignores
+those (its warning names them), and the comparison is about what it does model. MuJoCo integrates these
+files with RK4 at 0.01 s; jaxrbd steps at STEP, so its first-order error in free fall, g STEP t / 2, stays
+below the issue's 1 cm.
+"""
+
+import pathlib
+import re
+import warnings
+
+import numpy as np
+import pytest
+
+import jaxrbd as rbd
+
+mujoco = pytest.importorskip("mujoco")
+
+DATA = pathlib.Path(__file__).parent / "data" / "gymnasium"
+STEP = 0.002  # jaxrbd's time step (s)
+DURATION = 0.5  # s
+POSITION_TOL = 0.01  # metres: the issue's bound on body positions before any contact
+IMPULSE_FLOOR = 1e-9  # N s: a contact impulse above it counts as a contact in jaxrbd's step
+RESIDUAL_TOL = 1e-8
+
+
+def _model(name, keyframe=None, passive=True):
+    """The XML of a Gymnasium model, with a keyframe "start" (qpos) added and, unless passive, the joints'
+    damping and armature set to 0."""
+    xml = (DATA / f"{name}.xml").read_text()
+    if not passive:
+        xml = re.sub(r'(armature|damping)="[^"]*"', r'\1="0"', xml)
+    if keyframe is not None:
+        qpos = " ".join(map(repr, keyframe))
+        xml = xml.replace("</mujoco>", f'<keyframe><key name="start" qpos="{qpos}"/></keyframe></mujoco>')
+    return xml
+
+
+def _load(xml, **kwargs):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        scene = rbd.load_mjcf(xml, **kwargs)
+    return scene, " ".join(str(w.message) for w in caught)
+
+
+def _mujoco_run(xml, scene):
+    """MuJoCo's C engine from the keyframe over DURATION: per step of its own timestep, the centres of mass of
+    jaxrbd's bodies (in jaxrbd's q, via `from_mujoco_qpos`), and the bodies in contact (normal force > 0)."""
+    m = mujoco.MjModel.from_xml_string(xml)
+    d = mujoco.MjData(m)
+    mujoco.mj_resetDataKeyframe(m, d, 0)
+    steps = round(DURATION / m.opt.timestep)
+    positions, touching = [], []
+    force = np.zeros(6)
+    for k in range(steps + 1):
+        mujoco.mj_forward(m, d)
+        positions.append(np.asarray(scene.from_mujoco_qpos(d.qpos)).reshape(-1, 7)[:, :3])
+        bodies = set()
+        for i, contact in enumerate(d.contact[: d.ncon]):
+            mujoco.mj_contactForce(m, d, i, force)
+            if force[0] > 0:
+                for geom in (contact.geom1, contact.geom2):
+                    body = m.body_weldid[m.geom_bodyid[geom]]
+                    if body:
+                        bodies.add(mujoco.mj_id2name(m, mujoco.mjtObj.mjOBJ_BODY, body) or f"body{body}")
+        touching.append(bodies)
+        if k < steps:
+            mujoco.mj_step(m, d)
+    return m.opt.timestep, np.array(positions), touching
+
+
+def test_public_models_load_and_name_what_they_ignore_or_refuse():
+    ant, said = _load(_model("ant"))
+    # The legs hang on bodies with no joint welded to the torso: one rigid body with it.
+    assert ant.bodies.names[0] == "torso" and len(ant.bodies.names) == 9 and len(ant.bodies.joints) == 8
+    assert "armature" in said and "margin/gap" in said
+    pendulum, _ = _load(_model("inverted_double_pendulum"))
+    assert len(pendulum.bodies.joints) == 3 and pendulum.bodies.pair_names == ()  # its geoms collide with nothing
+    for name, body in (("humanoid", "lwaist"), ("hopper", "torso")):
+        with pytest.raises(NotImplementedError, match=f"body '{body}' has [23] joints"):
+            rbd.load_mjcf(DATA / f"{name}.xml")
+
+
+def test_welded_bodies_add_up_to_mujocos_composite_mass_and_inertia():
+    """The ant's torso carries four leg roots welded to it: its mass, centre of mass and inertia are the weld
+    group's, taken independently from MuJoCo's `cinert` (each body's inertia about the tree root's centre of
+    mass, world axes), shifted to the group's centre of mass and turned into the torso's axes."""
+    xml = _model("ant")
+    ant, _ = _load(xml)
+    m = mujoco.MjModel.from_xml_string(xml)
+    d = mujoco.MjData(m)
+    mujoco.mj_forward(m, d)
+    group = [k for k in range(1, m.nbody) if m.body_weldid[k] == 1]
+    assert len(group) == 5  # the torso and the four leg roots
+    c = d.cinert[group].sum(0)  # (Ixx, Iyy, Izz, Ixy, Ixz, Iyz, m r, m) about the tree root's centre of mass
+    mass, r = c[9], c[6:9] / c[9]
+    com = d.subtree_com[m.body_rootid[1]] + r
+    inertia = np.array([[c[0], c[3], c[4]], [c[3], c[1], c[5]], [c[4], c[5], c[2]]])
+    inertia -= mass * (r @ r * np.eye(3) - np.outer(r, r))
+    R = d.xmat[1].reshape(3, 3)
+    np.testing.assert_allclose(float(ant.system.params.mass[0]), mass, rtol=1e-14)
+    np.testing.assert_allclose(np.asarray(ant.state.q[:3]), com, rtol=0, atol=1e-14)
+    np.testing.assert_allclose(np.asarray(ant.system.params.inertia[0]), R.T @ inertia @ R, rtol=0, atol=1e-14)
+    # The state maps pass through the welded leg roots: MuJoCo's qpos -> jaxrbd's q -> qpos again.
+    tilt = np.array([0.9, 0.3, -0.2, 0.25])
+    qpos = np.concatenate([[0.1, -0.2, 0.8], tilt / np.linalg.norm(tilt), [0.2, 0.9, -0.1, -1.1, 0.3, -0.8, -0.4, 1.2]])
+    np.testing.assert_allclose(np.asarray(ant.to_mujoco_qpos(ant.from_mujoco_qpos(qpos))), qpos, rtol=0, atol=1e-12)
+
+
+@pytest.mark.slow
+def test_the_ant_falls_onto_the_floor_like_mujoco():
+    """Gymnasium's ant, dropped from 1 m (its own start pose, lifted 0.45 m), joints without damping and armature:
+    within 1 cm of MuJoCo until MuJoCo's first contact, then the same bodies (its four feet) in contact at every
+    one of MuJoCo's steps."""
+    start = [0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, -1.0, 0.0, -1.0, 0.0, 1.0]  # Gymnasium's init_qpos
+    xml = _model("ant", keyframe=start, passive=False)
+    scene, _ = _load(xml, keyframe="start")
+    traj = rbd.simulate(*scene, dt=STEP, steps=round(DURATION / STEP))
+    assert bool(traj.stats.converged.all()) and float(traj.stats.residual.max()) <= RESIDUAL_TOL
+    dt, theirs, touching = _mujoco_run(xml, scene)
+    stride = round(dt / STEP)
+    ours = np.asarray(traj.q[::stride]).reshape(len(theirs), -1, 7)[:, :, :3]
+    first = next(k for k, bodies in enumerate(touching) if bodies)
+    error = np.abs(ours - theirs).max(axis=(1, 2))
+    print(
+        f"\nant: MuJoCo's first contact at t = {first * dt:.2f} s; largest distance before it {error[:first].max():.2e} m"
+    )
+    assert 0 < first and error[:first].max() <= POSITION_TOL
+    pairs = scene.bodies.pair_names
+    impulses = np.asarray(traj.impulses.normal)[:, : len(pairs)]
+    for k in range(first, len(theirs)):
+        hit = impulses[(k - 1) * stride : k * stride].max(axis=0) > IMPULSE_FLOOR  # over the steps to MuJoCo's k-th
+        ours_touching = {body for (a, b), h in zip(pairs, hit) if h for body in (a, b)} - set(scene.bodies.statics)
+        assert ours_touching == touching[k], (k * dt, sorted(ours_touching), sorted(touching[k]))
+    assert touching[-1] == {"body4", "body7", "body10", "body13"}  # the four lower legs
+
+
+@pytest.mark.slow
+def test_the_inverted_double_pendulum_falls_like_mujoco():
+    """Gymnasium's cart with a double pendulum, released 0.1 rad from upright, damping set to 0: within 1 cm of
+    MuJoCo over 0.5 s."""
+    xml = _model("inverted_double_pendulum", keyframe=[0.0, 0.1, 0.0], passive=False)
+    scene, _ = _load(xml, keyframe="start")
+    traj = rbd.simulate(*scene, dt=STEP, steps=round(DURATION / STEP))
+    assert bool(traj.stats.converged.all()) and float(traj.stats.residual.max()) <= RESIDUAL_TOL
+    dt, theirs, _ = _mujoco_run(xml, scene)
+    ours = np.asarray(traj.q[:: round(dt / STEP)]).reshape(len(theirs), -1, 7)[:, :, :3]
+    error = float(np.abs(ours - theirs).max())
+    print(f"\ninverted double pendulum: largest distance from MuJoCo over {DURATION} s {error:.2e} m")
+    assert error <= POSITION_TOL
+    assert float(np.abs(ours[-1] - ours[0]).max()) > 0.1  # it did fall
