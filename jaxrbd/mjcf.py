@@ -32,7 +32,7 @@ from .geometry import Box, Capsule, ConvexMesh, Plane, Sphere
 from .model import Scene, State
 
 FREE, BALL, SLIDE, HINGE = 0, 1, 2, 3  # mjtJoint
-WELDED = -2  # the layout's mark of a body with no joint welded to a moving body (static bodies: -1)
+STATIC, WELDED, MOVING = -1, -2, 0  # the layout's marks of bodies: welded to the world, to a moving body, moving
 _KIND = {BALL: "ball", SLIDE: "slide", HINGE: "revolute"}
 _GEOM = {0: "plane", 1: "hfield", 2: "sphere", 3: "capsule", 4: "ellipsoid", 5: "cylinder", 6: "box", 7: "mesh"}
 _DEFAULT_SOLREF = (0.02, 1.0)
@@ -56,11 +56,11 @@ class MjcfLayout:
     Attributes:
         nq, nv: MuJoCo's sizes of qpos and qvel.
         bodies: per MuJoCo body in tree order (the world excluded), (mujoco id,
-            jaxrbd index or -1, parent's mujoco id, joint type (-1 for a static body,
-            WELDED for one welded to a moving body), qpos address, dof address,
+            jaxrbd index or -1, parent's mujoco id, STATIC, WELDED or MOVING,
             body_pos, body_quat, the centre of mass in the body frame (of the bodies
-            welded to it: `_welded_inertia`), jnt_pos, jnt_axis, qpos0 of a hinge or
-            slide, centre of a hinge's angle window).
+            welded to it: `_welded_inertia`), joints), joints a tuple in MuJoCo's
+            order of (joint type, qpos address, dof address, jnt_pos, jnt_axis,
+            qpos0 of a hinge or slide, centre of a hinge's angle window).
         static_poses: per static MuJoCo body, (mujoco id, xpos, xquat).
     """
 
@@ -117,43 +117,49 @@ def _rotate(quat, x):
 
 
 def _frames(layout, qpos):
-    """{mujoco id: (xpos, xquat)} of every body for qpos (MuJoCo's `mj_kinematics`), and the joint locals."""
+    """{mujoco id: (xpos, xquat)} of every body for qpos (MuJoCo's `mj_kinematics`: each joint in turn)."""
     poses = {0: (jnp.zeros(3), jnp.array([1.0, 0.0, 0.0, 0.0]))}
     for i, xpos, xquat in layout.static_poses:
         poses[i] = (jnp.asarray(xpos), jnp.asarray(xquat))
-    for i, _, parent, jtype, a, _, pos, quat, _, jpos, jaxis, qpos0, _ in layout.bodies:
-        if jtype == -1:
+    for i, _, parent, mark, pos, quat, _, joints in layout.bodies:
+        if mark == STATIC:
             continue
         pp, pq = poses[parent]
         xpos, xquat = pp + _rotate(pq, jnp.asarray(pos)), rot.multiply(pq, jnp.asarray(quat))
-        if jtype == FREE:
-            xpos, xquat = qpos[a : a + 3], rot.normalize(qpos[a + 3 : a + 7])
-        elif jtype == SLIDE:
-            xpos = xpos + _rotate(xquat, jnp.asarray(jaxis)) * (qpos[a] - qpos0)
-        elif jtype != WELDED:  # ball or hinge; a welded body keeps its pose in its parent's frame
-            anchor = xpos + _rotate(xquat, jnp.asarray(jpos))
-            local = (
-                rot.normalize(qpos[a : a + 4])
-                if jtype == BALL
-                else rot.from_axis_angle(jnp.asarray(jaxis), qpos[a] - qpos0)
-            )
-            xquat = rot.multiply(xquat, local)
-            xpos = anchor - _rotate(xquat, jnp.asarray(jpos))
+        for jtype, a, _, jpos, jaxis, qpos0, _ in joints:
+            if jtype == FREE:
+                xpos, xquat = qpos[a : a + 3], rot.normalize(qpos[a + 3 : a + 7])
+            elif jtype == SLIDE:
+                xpos = xpos + _rotate(xquat, jnp.asarray(jaxis)) * (qpos[a] - qpos0)
+            else:  # ball or hinge: turn about the anchor
+                anchor = xpos + _rotate(xquat, jnp.asarray(jpos))
+                local = (
+                    rot.normalize(qpos[a : a + 4])
+                    if jtype == BALL
+                    else rot.from_axis_angle(jnp.asarray(jaxis), qpos[a] - qpos0)
+                )
+                xquat = rot.multiply(xquat, local)
+                xpos = anchor - _rotate(xquat, jnp.asarray(jpos))
         poses[i] = (xpos, xquat)
     return poses
+
+
+def _joints_of(layout):
+    """Every joint of the layout's bodies: (jtype, qpos address, dof address, ...)."""
+    return [joint for body in layout.bodies for joint in body[7]]
 
 
 def _from_qpos(layout, qpos):
     poses = _frames(layout, qpos)
     moving = [b for b in layout.bodies if b[1] >= 0]
-    q = [jnp.concatenate([poses[b[0]][0] + _rotate(poses[b[0]][1], jnp.asarray(b[8])), poses[b[0]][1]]) for b in moving]
+    q = [jnp.concatenate([poses[b[0]][0] + _rotate(poses[b[0]][1], jnp.asarray(b[6])), poses[b[0]][1]]) for b in moving]
     return jnp.concatenate(q), poses
 
 
 def _qpos_rate(layout, qpos, qvel):
     """d qpos / dt of qvel: quaternions of free and ball joints turn at the local angular velocity."""
     rate = jnp.zeros(layout.nq)
-    for _, _, _, jtype, a, d, *_ in layout.bodies:
+    for jtype, a, d, *_ in _joints_of(layout):
         if jtype == FREE:
             rate = rate.at[a : a + 3].set(qvel[d : d + 3])
             quat = qpos[a + 3 : a + 7]
@@ -163,7 +169,7 @@ def _qpos_rate(layout, qpos, qvel):
         elif jtype == BALL:
             quat = qpos[a : a + 4]
             rate = rate.at[a : a + 4].set(0.5 * rot.multiply(quat, jnp.concatenate([jnp.zeros(1), qvel[d : d + 3]])))
-        elif jtype in (HINGE, SLIDE):
+        else:
             rate = rate.at[a].set(qvel[d])
     return rate
 
@@ -181,32 +187,41 @@ def _wrap(angle, centre):
 
 
 def _to_qpos(layout, q):
+    """MuJoCo's qpos of q: a free or ball joint, or slides followed by at most one hinge (the joints `load_mjcf`
+    accepts), read off each body's pose relative to its parent's frame."""
     poses = {0: (jnp.zeros(3), jnp.array([1.0, 0.0, 0.0, 0.0]))}
     for i, xpos, xquat in layout.static_poses:
         poses[i] = (jnp.asarray(xpos), jnp.asarray(xquat))
     qpos = jnp.zeros(layout.nq, q.dtype)
-    for i, k, parent, jtype, a, _, pos, quat, ipos, jpos, jaxis, qpos0, centre in layout.bodies:
-        if jtype == -1:
+    for i, k, parent, mark, pos, quat, ipos, joints in layout.bodies:
+        if mark == STATIC:
             continue
-        if jtype == WELDED:
-            pp, pq = poses[parent]
-            poses[i] = (pp + _rotate(pq, jnp.asarray(pos)), rot.multiply(pq, jnp.asarray(quat)))
+        pp, pq = poses[parent]
+        frame_pos, frame_quat = pp + _rotate(pq, jnp.asarray(pos)), rot.multiply(pq, jnp.asarray(quat))
+        if mark == WELDED:
+            poses[i] = (frame_pos, frame_quat)
             continue
         xquat = rot.normalize(q[7 * k + 3 : 7 * k + 7])
         xpos = q[7 * k : 7 * k + 3] - _rotate(xquat, jnp.asarray(ipos))
         poses[i] = (xpos, xquat)
-        pp, pq = poses[parent]
-        frame_pos, frame_quat = pp + _rotate(pq, jnp.asarray(pos)), rot.multiply(pq, jnp.asarray(quat))
         local = rot.multiply(rot.conjugate(frame_quat), xquat)
+        (jtype, a, *_), pivot = joints[0], jnp.zeros(3)
         if jtype == FREE:
             qpos = qpos.at[a : a + 3].set(xpos).at[a + 3 : a + 7].set(xquat)
-        elif jtype == BALL:
+            continue
+        if jtype == BALL:
             qpos = qpos.at[a : a + 4].set(local)
-        elif jtype == HINGE:
+            continue
+        if joints[-1][0] == HINGE:
+            _, a, _, pivot, jaxis, qpos0, centre = joints[-1]
+            pivot = jnp.asarray(pivot)
             angle = 2.0 * jnp.arctan2(jnp.dot(local[1:], jnp.asarray(jaxis)), local[0])
             qpos = qpos.at[a].set(_wrap(angle + qpos0, centre))
-        else:
-            qpos = qpos.at[a].set(jnp.dot(_rotate(frame_quat, jnp.asarray(jaxis)), xpos - frame_pos) + qpos0)
+        # The slides move the hinge's anchor (or the body) along their axes, fixed in the parent's frame.
+        shift = xpos + _rotate(xquat, pivot) - frame_pos - _rotate(frame_quat, pivot)
+        for jtype, a, _, _, jaxis, qpos0, _ in joints:
+            if jtype == SLIDE:
+                qpos = qpos.at[a].set(jnp.dot(_rotate(frame_quat, jnp.asarray(jaxis)), shift) + qpos0)
     return qpos
 
 
@@ -217,13 +232,13 @@ def _to_qvel(layout, q, v):
     q_dot = jnp.concatenate([vb[:, :3], quat_dot], -1).reshape(-1)
     qpos, qpos_dot = jax.jvp(lambda x: _to_qpos(layout, x), (q,), (q_dot,))
     qvel = jnp.zeros(layout.nv, q.dtype)
-    for _, _, _, jtype, a, d, *_ in layout.bodies:
+    for jtype, a, d, *_ in _joints_of(layout):
         if jtype == FREE:
             spin = 2.0 * rot.multiply(rot.conjugate(qpos[a + 3 : a + 7]), qpos_dot[a + 3 : a + 7])[1:]
             qvel = qvel.at[d : d + 3].set(qpos_dot[a : a + 3]).at[d + 3 : d + 6].set(spin)
         elif jtype == BALL:
             qvel = qvel.at[d : d + 3].set(2.0 * rot.multiply(rot.conjugate(qpos[a : a + 4]), qpos_dot[a : a + 4])[1:])
-        elif jtype in (HINGE, SLIDE):
+        else:
             qvel = qvel.at[d].set(qpos_dot[a])
     return qvel
 
@@ -311,7 +326,10 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
       group's mass, centre of mass and inertia, and all of its geoms).
     - joints: free (a free body), ball, hinge ("revolute") and slide, as jaxrbd's
       equality rows between the body and its parent (the world for static
-      parents); `range` of a limited hinge or slide becomes the joint's stops. jaxrbd's
+      parents); `range` of a limited hinge or slide becomes the joint's stops. A
+      body with two orthogonal slides and then a hinge normal to them (a planar
+      robot's root) gets a "planar" joint and three coordinate joints
+      (`add_joint(..., rows=False)`) with the MJCF joints' names, ranges and motors. jaxrbd's
       joint coordinate is qpos minus its initial value.
     - geoms: plane (static only), sphere, capsule, box, and mesh as its convex hull
       (`ConvexMesh`, which is how MuJoCo collides meshes), posed in the body frame.
@@ -337,7 +355,7 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
     raise NotImplementedError naming the element: cylinder, ellipsoid and
     height-field geoms that collide (ones that collide with nothing are left out and
     listed), equality constraints, explicit `<pair>` contacts, bodies with
-    several joints, limited ball joints, actuators other
+    several joints other than a planar root, limited ball joints, actuators other
     than motors on hinges and slides, and flexes. Mocap bodies are static.
 
     Args:
@@ -393,10 +411,11 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
         n = m.body_jntnum[i]
         if n == 0:
             (static.add if m.body_parentid[i] in static else welded.append)(i)
-        elif n > 1:
-            joints = [joint_name(j) for j in range(m.body_jntadr[i], m.body_jntadr[i] + n)]
-            refuse(f"body {body_name(i)!r} has {n} joints {joints}; jaxrbd bodies have one joint each")
         else:
+            if n > 1:
+                _check_planar(
+                    m, data, i, body_name(i), [joint_name(j) for j in range(m.body_jntadr[i], m.body_jntadr[i] + n)]
+                )
             moving.append(i)
     excluded = {frozenset(((s >> 16), s & 0xFFFF)) for s in m.exclude_signature}
     filterparent = not (m.opt.disableflags & mujoco.mjtDisableBit.mjDSBL_FILTERPARENT)
@@ -459,37 +478,21 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
     layout_bodies, names = [], []
     inertial = {i: _welded_inertia(m, data, i, welded) for i in moving}  # (mass, inertia, centre of mass)
     for i in range(1, m.nbody):
+        pose = (tuple(map(float, m.body_pos[i])), tuple(map(float, m.body_quat[i])))
         if i in static or i in welded:
-            pose = (tuple(map(float, m.body_pos[i])), tuple(map(float, m.body_quat[i]))) if i in welded else None
-            layout_bodies.append(
-                (i, -1, int(m.body_parentid[i]), -1 if pose is None else WELDED, 0, 0)
-                + (pose or ((0.0,) * 3, (0.0,) * 4))
-                + ((0.0,) * 3,) * 3
-                + (0.0, 0.0)
-            )
+            mark = STATIC if i in static else WELDED
+            layout_bodies.append((i, -1, int(m.body_parentid[i]), mark, *pose, (0.0,) * 3, ()))
             continue
-        j = m.body_jntadr[i]
-        jtype, a = int(m.jnt_type[j]), int(m.jnt_qposadr[j])
-        qpos0 = float(m.qpos0[a]) if jtype in (HINGE, SLIDE) else 0.0
-        lo, hi = (float(x) for x in m.jnt_range[j])
-        centre = 0.5 * (lo + hi) if m.jnt_limited[j] else float(qpos[a]) if jtype == HINGE else 0.0
-        layout_bodies.append(
-            (
-                i,
-                len(names),
-                int(m.body_parentid[i]),
-                jtype,
-                a,
-                int(m.jnt_dofadr[j]),
-                tuple(map(float, m.body_pos[i])),
-                tuple(map(float, m.body_quat[i])),
-                tuple(map(float, inertial[i][2])),
-                tuple(map(float, m.jnt_pos[j])),
-                tuple(map(float, m.jnt_axis[j])),
-                qpos0,
-                centre,
-            )
-        )
+        joints = []
+        for j in range(m.body_jntadr[i], m.body_jntadr[i] + m.body_jntnum[i]):
+            jtype, a = int(m.jnt_type[j]), int(m.jnt_qposadr[j])
+            qpos0 = float(m.qpos0[a]) if jtype in (HINGE, SLIDE) else 0.0
+            lo, hi = (float(x) for x in m.jnt_range[j])
+            centre = 0.5 * (lo + hi) if m.jnt_limited[j] else float(qpos[a]) if jtype == HINGE else 0.0
+            jpos, jaxis = tuple(map(float, m.jnt_pos[j])), tuple(map(float, m.jnt_axis[j]))
+            joints.append((jtype, a, int(m.jnt_dofadr[j]), jpos, jaxis, qpos0, centre))
+        ipos = tuple(map(float, inertial[i][2]))
+        layout_bodies.append((i, len(names), int(m.body_parentid[i]), MOVING, *pose, ipos, tuple(joints)))
         names.append(body_name(i))
     static_poses = tuple(
         (i, tuple(map(float, data.xpos[i])), tuple(map(float, data.xquat[i]))) for i in sorted(static - {0})
@@ -534,28 +537,34 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
         )
     joint_of = {}
     for i in moving:
-        j = m.body_jntadr[i]
-        jtype = int(m.jnt_type[j])
-        if jtype == FREE:
-            continue
-        if jtype == BALL and m.jnt_limited[j]:
-            refuse(f"joint {joint_name(j)!r}: a limited ball joint (jaxrbd's ball joints have no range)")
         parent = m.body_weldid[m.body_parentid[i]]  # the moving body its parent is welded to, or the world
         other = None if parent in static else body_name(parent)
-        a = m.jnt_qposadr[j]
-        rng = None
-        if jtype != BALL and m.jnt_limited[j]:
-            rng = tuple(float(x - qpos[a]) for x in m.jnt_range[j])
-        b.add_joint(
-            joint_name(j),
-            _KIND[jtype],
-            body_name(i),
-            other,
-            anchor=np.array(data.xanchor[j]),
-            axis=None if jtype == BALL else np.array(data.xaxis[j]),
-            range=rng,
-        )
-        joint_of[j] = joint_name(j)
+        first, count = m.body_jntadr[i], m.body_jntnum[i]
+        last = first + count - 1
+        if count > 1:  # two slides, then a hinge normal to them (`_check_planar`): one planar joint carries the rows
+            anchor, axis = np.array(data.xanchor[last]), np.array(data.xaxis[last])
+            b.add_joint(f"{body_name(i)} (planar)", "planar", body_name(i), other, anchor=anchor, axis=axis)
+        for j in range(first, last + 1):
+            jtype = int(m.jnt_type[j])
+            if jtype == FREE:
+                continue
+            if jtype == BALL and m.jnt_limited[j]:
+                refuse(f"joint {joint_name(j)!r}: a limited ball joint (jaxrbd's ball joints have no range)")
+            a = m.jnt_qposadr[j]
+            rng = None
+            if jtype != BALL and m.jnt_limited[j]:
+                rng = tuple(float(x - qpos[a]) for x in m.jnt_range[j])
+            b.add_joint(
+                joint_name(j),
+                _KIND[jtype],
+                body_name(i),
+                other,
+                anchor=np.array(data.xanchor[last]),  # a planar joint's slides measure its hinge's anchor
+                axis=None if jtype == BALL else np.array(data.xaxis[j]),
+                range=rng,
+                rows=bool(count == 1),
+            )
+            joint_of[j] = joint_name(j)
         if other is not None and not filterparent:
             b.include(body_name(i), other)
     for ghost in ghosts:
@@ -609,6 +618,21 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
     return MjcfScene(
         scene.system, scene.state, scene.bodies, dt=float(m.opt.timestep), layout=layout, motors=tuple(motors)
     )
+
+
+def _check_planar(m, data, i, name, joints):
+    """NotImplementedError unless body i's joints are two slides and then a hinge whose axis is normal to both (the
+    root of a planar robot: its anchor moves in a plane, and it turns about the plane's normal), the slides' axes
+    orthogonal; `data` holds the kinematics at the initial qpos."""
+    ids = range(m.body_jntadr[i], m.body_jntadr[i] + m.body_jntnum[i])
+    kinds = [int(m.jnt_type[j]) for j in ids]
+    axes = [np.array(data.xaxis[j]) for j in ids]
+    planar = kinds == [SLIDE, SLIDE, HINGE] and all(abs(axes[p] @ axes[q]) <= 1e-9 for p, q in ((0, 1), (0, 2), (1, 2)))
+    if not planar:
+        raise NotImplementedError(
+            f"load_mjcf: body {name!r} has {len(kinds)} joints {joints}; jaxrbd maps several joints on one body only "
+            "as two orthogonal slides followed by a hinge normal to them (a planar joint)"
+        )
 
 
 def _welded_inertia(m, data, i, welded):

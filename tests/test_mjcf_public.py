@@ -24,6 +24,7 @@ DURATION = 0.5  # s
 POSITION_TOL = 0.01  # metres: the issue's bound on body positions before any contact
 IMPULSE_FLOOR = 1e-9  # N s: a contact impulse above it counts as a contact in jaxrbd's step
 RESIDUAL_TOL = 1e-8
+LEG_CLEARANCE = 0.02  # metres: the hopper's leg capsule (radius 0.04) ends on the axis of its foot (radius 0.06)
 
 
 def _model(name, keyframe=None, passive=True):
@@ -47,12 +48,13 @@ def _load(xml, **kwargs):
 
 def _mujoco_run(xml, scene):
     """MuJoCo's C engine from the keyframe over DURATION: per step of its own timestep, the centres of mass of
-    jaxrbd's bodies (in jaxrbd's q, via `from_mujoco_qpos`), and the bodies in contact (normal force > 0)."""
+    jaxrbd's bodies (in jaxrbd's q, via `from_mujoco_qpos`), the bodies in contact (normal force > 0) and the
+    deepest contact distance (negative: MuJoCo's soft contacts let bodies sink into each other)."""
     m = mujoco.MjModel.from_xml_string(xml)
     d = mujoco.MjData(m)
     mujoco.mj_resetDataKeyframe(m, d, 0)
     steps = round(DURATION / m.opt.timestep)
-    positions, touching = [], []
+    positions, touching, deepest = [], [], []
     force = np.zeros(6)
     for k in range(steps + 1):
         mujoco.mj_forward(m, d)
@@ -66,9 +68,10 @@ def _mujoco_run(xml, scene):
                     if body:
                         bodies.add(mujoco.mj_id2name(m, mujoco.mjtObj.mjOBJ_BODY, body) or f"body{body}")
         touching.append(bodies)
+        deepest.append(min((c.dist for c in d.contact[: d.ncon]), default=np.inf))
         if k < steps:
             mujoco.mj_step(m, d)
-    return m.opt.timestep, np.array(positions), touching
+    return m.opt.timestep, np.array(positions), touching, np.array(deepest)
 
 
 def test_public_models_load_and_name_what_they_ignore_or_refuse():
@@ -78,9 +81,33 @@ def test_public_models_load_and_name_what_they_ignore_or_refuse():
     assert "armature" in said and "margin/gap" in said
     pendulum, _ = _load(_model("inverted_double_pendulum"))
     assert len(pendulum.bodies.joints) == 3 and pendulum.bodies.pair_names == ()  # its geoms collide with nothing
-    for name, body in (("humanoid", "lwaist"), ("hopper", "torso")):
-        with pytest.raises(NotImplementedError, match=f"body '{body}' has [23] joints"):
-            rbd.load_mjcf(DATA / f"{name}.xml")
+    # The hopper's torso has slides x and z and a hinge about y: one planar joint and three coordinate joints.
+    hopper, _ = _load(_model("hopper"))
+    assert [kind for _, kind, _, _ in hopper.bodies.joints[:4]] == [
+        "planar",
+        "slide coordinate",
+        "slide coordinate",
+        "revolute coordinate",
+    ]
+    assert hopper.motors == ("actuator0", "actuator1", "actuator2")  # on the thigh, leg and foot hinges
+    with pytest.raises(NotImplementedError, match="body 'lwaist' has 2 joints"):
+        rbd.load_mjcf(DATA / "humanoid.xml")
+
+
+def test_the_planar_roots_state_maps_invert_each_other():
+    """MuJoCo's qpos -> jaxrbd's q -> qpos through the hopper's planar root (slides x, z and hinge y), and
+    jaxrbd's q against MuJoCo's own kinematics (the centres of mass `xipos`)."""
+    xml = _model("hopper")
+    hopper, _ = _load(xml)
+    qpos = np.array([0.3, 1.1, -0.4, -0.6, -0.3, 0.2])
+    q = np.asarray(hopper.from_mujoco_qpos(qpos)).reshape(-1, 7)
+    np.testing.assert_allclose(np.asarray(hopper.to_mujoco_qpos(q.reshape(-1))), qpos, rtol=0, atol=1e-12)
+    m = mujoco.MjModel.from_xml_string(xml)
+    d = mujoco.MjData(m)
+    d.qpos[:] = qpos
+    mujoco.mj_kinematics(m, d)
+    np.testing.assert_allclose(q[:, :3], d.xipos[1:], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(np.abs(np.sum(q[:, 3:] * d.xquat[1:], axis=1)), 1.0, rtol=0, atol=1e-12)
 
 
 def test_welded_bodies_add_up_to_mujocos_composite_mass_and_inertia():
@@ -109,32 +136,59 @@ def test_welded_bodies_add_up_to_mujocos_composite_mass_and_inertia():
     np.testing.assert_allclose(np.asarray(ant.to_mujoco_qpos(ant.from_mujoco_qpos(qpos))), qpos, rtol=0, atol=1e-12)
 
 
+def _drop(name, start):
+    """Gymnasium's model `name` from qpos `start` with its joints' damping and armature set to 0, stepped by
+    jaxrbd (every step converged) and by MuJoCo; asserts the 1 cm until MuJoCo's first contact. Returns, per
+    MuJoCo step: jaxrbd's centres of mass, MuJoCo's bodies in contact and jaxrbd's (a contact impulse above
+    IMPULSE_FLOOR in the steps since MuJoCo's previous one), MuJoCo's deepest contact distance; and the first
+    step with a MuJoCo contact."""
+    xml = _model(name, keyframe=start, passive=False)
+    scene, _ = _load(xml, keyframe="start")
+    traj = rbd.simulate(*scene, dt=STEP, steps=round(DURATION / STEP))
+    assert bool(traj.stats.converged.all()) and float(traj.stats.residual.max()) <= RESIDUAL_TOL
+    dt, theirs, touching, deepest = _mujoco_run(xml, scene)
+    stride = round(dt / STEP)
+    ours = np.asarray(traj.q[::stride]).reshape(len(theirs), -1, 7)[:, :, :3]
+    first = next(k for k, bodies in enumerate(touching) if bodies)
+    error = np.abs(ours - theirs).max(axis=(1, 2))
+    print(
+        f"\n{name}: MuJoCo's first contact at t = {first * dt:.3f} s; largest distance before it {error[:first].max():.2e} m"
+    )
+    assert 0 < first and error[:first].max() <= POSITION_TOL
+    pairs, statics = scene.bodies.pair_names, set(scene.bodies.statics)
+    impulses = np.asarray(traj.impulses.normal)[:, : len(pairs)]
+    ours_touching = [set()]
+    for k in range(1, len(theirs)):
+        hit = impulses[(k - 1) * stride : k * stride].max(axis=0) > IMPULSE_FLOOR
+        ours_touching.append({body for (a, b), h in zip(pairs, hit) if h for body in (a, b)} - statics)
+    return ours, touching, ours_touching, deepest, first, dt
+
+
 @pytest.mark.slow
 def test_the_ant_falls_onto_the_floor_like_mujoco():
     """Gymnasium's ant, dropped from 1 m (its own start pose, lifted 0.45 m), joints without damping and armature:
     within 1 cm of MuJoCo until MuJoCo's first contact, then the same bodies (its four feet) in contact at every
     one of MuJoCo's steps."""
     start = [0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, -1.0, 0.0, -1.0, 0.0, 1.0]  # Gymnasium's init_qpos
-    xml = _model("ant", keyframe=start, passive=False)
-    scene, _ = _load(xml, keyframe="start")
-    traj = rbd.simulate(*scene, dt=STEP, steps=round(DURATION / STEP))
-    assert bool(traj.stats.converged.all()) and float(traj.stats.residual.max()) <= RESIDUAL_TOL
-    dt, theirs, touching = _mujoco_run(xml, scene)
-    stride = round(dt / STEP)
-    ours = np.asarray(traj.q[::stride]).reshape(len(theirs), -1, 7)[:, :, :3]
-    first = next(k for k, bodies in enumerate(touching) if bodies)
-    error = np.abs(ours - theirs).max(axis=(1, 2))
-    print(
-        f"\nant: MuJoCo's first contact at t = {first * dt:.2f} s; largest distance before it {error[:first].max():.2e} m"
-    )
-    assert 0 < first and error[:first].max() <= POSITION_TOL
-    pairs = scene.bodies.pair_names
-    impulses = np.asarray(traj.impulses.normal)[:, : len(pairs)]
-    for k in range(first, len(theirs)):
-        hit = impulses[(k - 1) * stride : k * stride].max(axis=0) > IMPULSE_FLOOR  # over the steps to MuJoCo's k-th
-        ours_touching = {body for (a, b), h in zip(pairs, hit) if h for body in (a, b)} - set(scene.bodies.statics)
-        assert ours_touching == touching[k], (k * dt, sorted(ours_touching), sorted(touching[k]))
+    _, touching, ours_touching, _, first, dt = _drop("ant", start)
+    for k in range(first, len(touching)):
+        assert ours_touching[k] == touching[k], (k * dt, sorted(ours_touching[k]), sorted(touching[k]))
     assert touching[-1] == {"body4", "body7", "body10", "body13"}  # the four lower legs
+
+
+@pytest.mark.slow
+def test_the_hopper_falls_onto_the_floor_like_mujoco():
+    """Gymnasium's hopper (a planar root: slides x and z, hinge y), dropped 0.3 m and tilted 0.1 rad, damping and
+    armature set to 0: within 1 cm of MuJoCo until its first contact, then its foot on the floor at every one of
+    MuJoCo's steps to 0.5 s; every body stays in the plane y = 0. MuJoCo's contacts here are soft (the file's
+    solimp 0.8): its foot sinks up to 3.5 cm into the floor, and while it is deeper than LEG_CLEARANCE the end
+    of the leg touches the floor too; jaxrbd's rigid foot does not sink, so its leg never touches."""
+    ours, touching, ours_touching, deepest, first, dt = _drop("hopper", [0.0, 1.55, 0.1, 0.0, 0.0, 0.0])
+    assert np.abs(ours[:, :, 1]).max() <= 1e-9  # every body stays in the plane y = 0
+    for k in range(first, len(touching)):
+        assert ours_touching[k] == {"foot"} and "foot" in touching[k], (k * dt, sorted(touching[k]))
+        if touching[k] != {"foot"}:
+            assert touching[k] == {"foot", "leg"} and deepest[k] < -LEG_CLEARANCE, (k * dt, deepest[k])
 
 
 @pytest.mark.slow
@@ -145,7 +199,7 @@ def test_the_inverted_double_pendulum_falls_like_mujoco():
     scene, _ = _load(xml, keyframe="start")
     traj = rbd.simulate(*scene, dt=STEP, steps=round(DURATION / STEP))
     assert bool(traj.stats.converged.all()) and float(traj.stats.residual.max()) <= RESIDUAL_TOL
-    dt, theirs, _ = _mujoco_run(xml, scene)
+    dt, theirs, *_ = _mujoco_run(xml, scene)
     ours = np.asarray(traj.q[:: round(dt / STEP)]).reshape(len(theirs), -1, 7)[:, :, :3]
     error = float(np.abs(ours - theirs).max())
     print(f"\ninverted double pendulum: largest distance from MuJoCo over {DURATION} s {error:.2e} m")

@@ -25,7 +25,7 @@ from .._validate import as_float, check_inertia, check_shape, check_value, is_tr
 from ..dynamics import project_to_joints
 from ..geometry import BroadPhase, PairGroup
 from ..model import Scene, State
-from ._model import JOINT_KINDS, JOINT_TOL, BodyModel, BodyParams, JointParams, MotorParams
+from ._model import COORDINATE, JOINT_KINDS, JOINT_TOL, BodyModel, BodyParams, JointParams, MotorParams
 
 GRAVITY = 9.81
 OVERLAP_TOL = 1e-9  # an initial gap below -OVERLAP_TOL is reported as an overlap
@@ -285,6 +285,7 @@ class SceneBuilder:
         axis=None,
         range=None,
         restitution=0.0,
+        rows=True,
     ):
         """Add a bilateral joint between moving body a and body b (None: the world); returns its name.
 
@@ -309,9 +310,11 @@ class SceneBuilder:
             name: a unique joint name.
             kind: "ball" (the points coincide: 3 rows; 2 in planar scenes),
                 "revolute" (a hinge: in 3D also the axis is shared, 5 rows; in planar
-                scenes the same as "ball") or "slide" (prismatic, 3D only: the axis
+                scenes the same as "ball"), "slide" (prismatic, 3D only: the axis
                 is shared, the relative rotation locked, translation free along the
-                axis; 5 rows).
+                axis; 5 rows) or "planar" (3D only: a's anchor moves in b's plane
+                through the anchor normal to the axis, and a turns about the axis
+                only; 3 rows; no range).
             a, b: body names; b None or "world" for the world.
             anchor: (dim,) world point; or anchor_a and anchor_b, (dim,) each.
             axis: (3,) the hinge or slide axis in the world frame at the initial
@@ -320,6 +323,11 @@ class SceneBuilder:
                 (slide), lo < hi; -inf or inf for a one-sided range. None: no stops.
             restitution: in [0, 1], the restitution of the range's stops, used by the
                 impact law given to `simulate` (`rbd.Newton()`, `rbd.Poisson()`).
+            rows: False for a revolute or slide joint (3D) that adds no constraint
+                rows, only its coordinate (its range's stops, motors,
+                `joint_coordinates`): a degree of freedom of a motion that other
+                joints constrain, such as the two slides and the hinge of a
+                "planar" joint (MJCF bodies with several joints).
         """
         if not isinstance(name, str) or not name or name in [j[0] for j in self._joints]:
             raise ValueError(f"a joint needs a new non-empty string name, got {name!r}")
@@ -344,19 +352,23 @@ class SceneBuilder:
         else:
             anchor_a = _vector(f"anchor_a of joint {name!r}", anchor_a, d)
             anchor_b = _vector(f"anchor_b of joint {name!r}", anchor_b, d)
-        if kind == "slide" and d == 2:
-            raise ValueError(f"joint {name!r}: slide joints are supported in 3D scenes only")
-        if kind in ("revolute", "slide") and d == 3:
+        if kind in ("slide", "planar") and d == 2:
+            raise ValueError(f"joint {name!r}: {kind} joints are supported in 3D scenes only")
+        if kind in ("revolute", "slide", "planar") and d == 3:
             if axis is None:
                 raise ValueError(f"joint {name!r}: a {kind} joint in 3D needs its axis")
             axis = _vector(f"axis of joint {name!r}", axis, 3)
             if not is_traced(axis) and not np.linalg.norm(np.asarray(axis)) > 1e-12:
                 raise ValueError(f"joint {name!r}: axis must be a nonzero vector, got {axis}")
         elif axis is not None:
-            raise ValueError(f"joint {name!r}: axis applies only to revolute and slide joints in 3D scenes")
+            raise ValueError(f"joint {name!r}: axis applies only to revolute, slide and planar joints in 3D scenes")
+        if not isinstance(rows, bool):
+            raise TypeError(f"joint {name!r}: rows must be True or False, got {rows!r}")
+        if not rows and (kind not in ("revolute", "slide") or d != 3):
+            raise ValueError(f"joint {name!r}: rows=False applies to revolute and slide joints in 3D scenes only")
         limits = self._check_range(name, kind, range)
         check_value(f"restitution of joint {name!r}", restitution, shape=(), unit_interval=True)
-        self._joints.append((name, kind, a, b, anchor, anchor_a, anchor_b, axis, limits, as_float(restitution)))
+        self._joints.append((name, kind, a, b, anchor, anchor_a, anchor_b, axis, limits, as_float(restitution), rows))
         if b != "world":
             self._excluded.add(frozenset((a, b)))
         return name
@@ -453,7 +465,7 @@ class SceneBuilder:
             return jnp.concatenate([x, jnp.zeros(3 - x.shape[0], x.dtype)])
 
         layout, leaves, limits = [], [], []
-        for j, (name, kind, a, b, anchor, anchor_a, anchor_b, axis, rng, e) in enumerate(self._joints):
+        for j, (name, kind, a, b, anchor, anchor_a, anchor_b, axis, rng, e, rows) in enumerate(self._joints):
             ia, ib = index[a], index[b]
             if anchor is not None:
                 x = pad(anchor)
@@ -476,7 +488,7 @@ class SceneBuilder:
             )
             theta = model.orientations(q)
             offset = (theta[ia] - (theta[ib] if ib < len(self._bodies) else 0.0)) if self.dim == 2 else 0.0
-            layout.append((name, kind, ia, ib))
+            layout.append((name, kind if rows else kind + COORDINATE, ia, ib))
             leaves.append((anchor_a, anchor_b, R[ib].T @ n, perp_a, perp_b, lo, hi, centre, offset, e))
             limits += [(j, side) for side, stop in zip((1, -1), stops) if stop]
         fields = ("anchor_a", "anchor_b", "axis_b", "perp_a", "perp_b", "lower", "upper", "centre", "offset")
@@ -625,7 +637,7 @@ def _project_initial_joints(model, system, q):
     if not is_traced(system, q):
         g = np.abs(np.asarray(jax.jit(model.constraints)(q, system.params)))
         for name, start, n in model.joint_rows():
-            worst = g[start : start + n].max()
+            worst = g[start : start + n].max(initial=0.0)
             if worst > JOINT_TOL:
                 warnings.warn(
                     f"joint {name!r} is violated by {worst:.3g} in the initial state; "

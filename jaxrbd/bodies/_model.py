@@ -95,7 +95,15 @@ class MotorParams(eqx.Module):
     direction: jax.Array
 
 
-JOINT_KINDS = ("ball", "revolute", "slide")
+JOINT_KINDS = ("ball", "revolute", "slide", "planar")
+COORDINATE = " coordinate"  # the suffix of a joint kind in the layout that measures a coordinate and adds no rows
+
+
+def base_kind(kind):
+    """The kind of a layout joint without COORDINATE: "revolute coordinate" -> "revolute"."""
+    return kind.removesuffix(COORDINATE)
+
+
 MOTOR_KINDS = ("joint", "force", "torque")
 JOINT_TOL = 1e-8  # an initial joint violation above it is reported (then projected)
 
@@ -114,7 +122,9 @@ class BodyModel:
         pair_names: the (name a, name b) of each candidate contact of every shape
             pair (the order of `system.mu`; `Contacts.index` points into it).
         margin: contacts with a gap above it are inactive.
-        joints: ((name, kind, body a, body b), ...) with body indices (nb: the world).
+        joints: ((name, kind, body a, body b), ...) with body indices (nb: the world);
+            a kind ending in COORDINATE ("revolute coordinate", "slide coordinate")
+            measures its coordinate (ranges, motors) and adds no constraint rows.
         overflow_distance: the broad phase's overflow distance (`BroadPhase.distance`).
         limits: ((joint index, side), ...) the stops of the joint ranges, side +1
             for the lower stop (gap = coordinate - lower) and -1 for the upper
@@ -351,6 +361,7 @@ class BodyModel:
         jp, nb = params.joints, self.nbodies
         values, rows_a, rows_b, frames = [], [], [], []
         for j, (_, kind, a, b) in enumerate(self.joints):
+            kind = base_kind(kind)
             r_a, r_b = R[a] @ jp.anchor_a[j], R[b] @ jp.anchor_b[j]
             x_a, x_b = p[a] + r_a, p[b] + r_b
             n = R[b] @ jp.axis_b[j]
@@ -576,29 +587,36 @@ class BodyModel:
         (R_a u_a) . (R_b axis_b) = 0 and (R_a w_a) . (R_b axis_b) = 0. Slide (3D):
         the anchor gap across the axis, (x_a - x_b) . (R_b u_b) = 0 and
         (x_a - x_b) . (R_b w_b) = 0, the two hinge rows, and the locked spin
-        (R_a u_a) . (R_b w_b) = 0.
+        (R_a u_a) . (R_b w_b) = 0. Planar (3D): the anchor gap along the normal,
+        (x_a - x_b) . (R_b axis_b) = 0, and the two hinge rows. Coordinate joints
+        add none.
         """
         p, R = self.poses(q)
         jp = params.joints
         rows = []
         for j, (_, kind, a, b) in enumerate(self.joints):
+            if kind.endswith(COORDINATE):
+                continue
             x_a = p[a] + R[a] @ jp.anchor_a[j]
             x_b = p[b] + R[b] @ jp.anchor_b[j]
-            if kind == "slide":
+            if kind == "planar":
+                rows.append(((x_a - x_b) @ (R[b] @ jp.axis_b[j]))[None])
+            elif kind == "slide":
                 rows.append((R[b] @ jp.perp_b[j].T).T @ (x_a - x_b))
             else:
                 rows.append((x_a - x_b)[: self.dim])
-            if kind in ("revolute", "slide") and self.dim == 3:
+            if kind in ("revolute", "slide", "planar") and self.dim == 3:
                 rows.append((R[a] @ jp.perp_a[j].T).T @ (R[b] @ jp.axis_b[j]))
             if kind == "slide":
                 rows.append(((R[a] @ jp.perp_a[j, 0]) @ (R[b] @ jp.perp_b[j, 1]))[None])
-        return jnp.concatenate(rows)
+        return jnp.concatenate(rows) if rows else jnp.zeros((0,), q.dtype)
 
     def joint_rows(self):
         """((name, first row, number of rows), ...): where each joint sits in g(q)."""
         out, start = [], 0
         for name, kind, _, _ in self.joints:
-            n = 2 if self.dim == 2 else (3 if kind == "ball" else 5)
+            n = 2 if self.dim == 2 else {"ball": 3, "planar": 3}.get(kind, 5)
+            n = 0 if kind.endswith(COORDINATE) else n
             out.append((name, start, n))
             start += n
         return tuple(out)
@@ -644,7 +662,7 @@ class BodyModel:
             contact_active=method("active", self.margin != math.inf),
             collide=method("collide"),
             restitution=restitution,
-            constraints=method("constraints", bool(self.joints)),
+            constraints=method("constraints", any(n for _, _, n in self.joint_rows())),
             torsions=method("torsions", spatial),
             friction=friction,
             bodies=self,
