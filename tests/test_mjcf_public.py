@@ -94,6 +94,7 @@ def test_public_models_load_and_name_what_they_ignore_or_refuse():
         rbd.load_mjcf(DATA / "humanoid.xml")
 
 
+@pytest.mark.slow  # the hopper's state maps compile again
 def test_the_planar_roots_state_maps_invert_each_other():
     """MuJoCo's qpos -> jaxrbd's q -> qpos through the hopper's planar root (slides x, z and hinge y), and
     jaxrbd's q against MuJoCo's own kinematics (the centres of mass `xipos`)."""
@@ -110,6 +111,7 @@ def test_the_planar_roots_state_maps_invert_each_other():
     np.testing.assert_allclose(np.abs(np.sum(q[:, 3:] * d.xquat[1:], axis=1)), 1.0, rtol=0, atol=1e-12)
 
 
+@pytest.mark.slow  # the ant's state maps compile again
 def test_welded_bodies_add_up_to_mujocos_composite_mass_and_inertia():
     """The ant's torso carries four leg roots welded to it: its mass, centre of mass and inertia are the weld
     group's, taken independently from MuJoCo's `cinert` (each body's inertia about the tree root's centre of

@@ -96,7 +96,9 @@ def test_free_flight_without_contact_pairs_is_the_exact_discrete_parabola(dim, s
         np.testing.assert_allclose(np.linalg.norm(np.asarray(traj.q[:, 3:7]), axis=1), 1.0, atol=1e-12)
 
 
-@pytest.mark.parametrize("scheme", SCHEMES)
+@pytest.mark.parametrize(
+    "scheme", ["anitescu_potra", pytest.param("stewart_trinkle", marks=pytest.mark.slow)]
+)  # a second gradient program is a second compile: the slow set
 def test_the_gradient_of_free_flight_is_n_h(scheme):
     height, slope = _final_height(SCHEMES[scheme])(jnp.asarray(V0[2]))
     assert abs(float(height) - (X0[2] + STEPS * H * V0[2] - G * H * H * STEPS * (STEPS + 1) / 2)) <= EXACT_TOL
@@ -161,15 +163,10 @@ def _mjcf_error(dt, steps):
     return float(np.abs(ours - _mujoco_positions(DOUBLE_PENDULUM, steps, dt)).max())
 
 
-def test_an_mjcf_double_pendulum_whose_geoms_never_collide_follows_mujoco():
-    error = _mjcf_error(0.002, MJCF_STEPS)
-    print(f"double pendulum, 0.5 s at h = 0.002: largest distance from MuJoCo {error:.2e} m")
-    assert error <= MJCF_TOL
-
-
 @pytest.mark.slow
-def test_the_double_pendulum_converges_to_mujoco_at_first_order():
-    """Both integrators are first order: at a quarter of the step the two trajectories are closer by about 4."""
+def test_an_mjcf_double_pendulum_whose_geoms_never_collide_follows_mujoco_at_first_order():
+    """Within 1 cm of MuJoCo over 0.5 s at MuJoCo's own step; both integrators are first order, so at a quarter of
+    the step the two trajectories are closer by about 4."""
     coarse, fine = _mjcf_error(0.002, MJCF_STEPS), _mjcf_error(0.0005, 4 * MJCF_STEPS)
     print(f"largest distance from MuJoCo over 0.5 s: h = 0.002 {coarse:.2e} m, h = 0.0005 {fine:.2e} m")
-    assert fine <= coarse / 2
+    assert coarse <= MJCF_TOL and fine <= coarse / 2

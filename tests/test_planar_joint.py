@@ -54,13 +54,10 @@ def _run(x_range=None):
     return scene, run
 
 
-def test_planar_joint_rows_and_coordinates():
-    scene, _ = _run()
-    assert [(name, n) for name, _, n in scene.bodies.joint_rows()] == [("plane", 3), ("x", 0), ("z", 0), ("pitch", 0)]
-
-
+@pytest.mark.slow  # a rollout with four joints and two motors: a compile of its own
 def test_a_box_on_a_planar_joint_follows_the_exact_discrete_motion():
-    _, run = _run()
+    scene, run = _run()
+    assert [(name, n) for name, _, n in scene.bodies.joint_rows()] == [("plane", 3), ("x", 0), ("z", 0), ("pitch", 0)]
     traj, coords = run(jnp.array([FORCE, TORQUE]))
     assert bool(traj.stats.converged.all())
     n = np.arange(STEPS + 1)
