@@ -215,11 +215,11 @@ class BodyModel:
         """
         if self.dynamic:
             raise ValueError("with a broad phase the contacts' bodies depend on q: use contacts(q, params)")
+        if not self.groups:  # no contact pairs
+            return np.zeros(0, int), np.zeros(0, int)
         bodies = dict(self.shape_bodies)
         a = [np.repeat(np.array(bodies[g.kind_a])[np.array(g.index_a)], g.capacity) for g in self.groups]
         b = [np.repeat(np.array(bodies[g.kind_b])[np.array(g.index_b)], g.capacity) for g in self.groups]
-        if not self.groups:  # no contact pairs
-            return np.zeros(0, int), np.zeros(0, int)
         return np.concatenate(a), np.concatenate(b)
 
     def _collide(self, q, params):
@@ -615,8 +615,7 @@ class BodyModel:
         """((name, first row, number of rows), ...): where each joint sits in g(q)."""
         out, start = [], 0
         for name, kind, _, _ in self.joints:
-            n = 2 if self.dim == 2 else {"ball": 3, "planar": 3}.get(kind, 5)
-            n = 0 if kind.endswith(COORDINATE) else n
+            n = 0 if kind.endswith(COORDINATE) else 2 if self.dim == 2 else {"ball": 3, "planar": 3}.get(kind, 5)
             out.append((name, start, n))
             start += n
         return tuple(out)
