@@ -187,8 +187,8 @@ def _wrap(angle, centre):
 
 
 def _to_qpos(layout, q):
-    """MuJoCo's qpos of q: a free or ball joint, or slides followed by at most one hinge (the joints `load_mjcf`
-    accepts), read off each body's pose relative to its parent's frame."""
+    """MuJoCo's qpos of q: a free or ball joint, slides followed by at most one hinge, or two or three orthogonal
+    hinges (the joints `load_mjcf` accepts), read off each body's pose relative to its parent's frame."""
     poses = {0: (jnp.zeros(3), jnp.array([1.0, 0.0, 0.0, 0.0]))}
     for i, xpos, xquat in layout.static_poses:
         poses[i] = (jnp.asarray(xpos), jnp.asarray(xquat))
@@ -212,6 +212,10 @@ def _to_qpos(layout, q):
         if jtype == BALL:
             qpos = qpos.at[a : a + 4].set(local)
             continue
+        if len(joints) > 1 and all(joint[0] == HINGE for joint in joints):
+            for (_, a, _, _, _, qpos0, centre), angle in zip(joints, _hinge_angles(local, joints)):
+                qpos = qpos.at[a].set(_wrap(angle + qpos0, centre))
+            continue
         if joints[-1][0] == HINGE:
             _, a, _, pivot, jaxis, qpos0, centre = joints[-1]
             pivot = jnp.asarray(pivot)
@@ -223,6 +227,22 @@ def _to_qpos(layout, q):
             if jtype == SLIDE:
                 qpos = qpos.at[a].set(jnp.dot(_rotate(frame_quat, jnp.asarray(jaxis)), shift) + qpos0)
     return qpos
+
+
+def _hinge_angles(local, joints):
+    """The angles (from qpos0) of two or three orthogonal hinges whose rotations compose to the quaternion `local`,
+    R(n_1, q_1) R(n_2, q_2) [R(n_3, q_3)], as `BodyModel` measures `add_hinges`: the first hinge turns the last axis
+    about n_1, the last turns the first axis about n_last, and the middle one tilts the last axis out of the plane
+    normal to n_1."""
+    axes = [jnp.asarray(joint[4]) / jnp.linalg.norm(jnp.asarray(joint[4])) for joint in joints]
+    first, last = axes[0], axes[-1]
+    R = rot.to_matrix(local)
+    e, f = R @ last, R.T @ first
+    angles = [jnp.arctan2(e @ jnp.cross(first, last), e @ last)]
+    if len(axes) == 3:
+        s = jnp.sign(jnp.dot(first, jnp.cross(axes[1], last)))
+        angles.append(jnp.arctan2(s * (first @ e), jnp.linalg.norm(jnp.cross(first, e))))
+    return angles + [jnp.arctan2(-(f @ jnp.cross(last, first)), f @ first)]
 
 
 def _to_qvel(layout, q, v):
@@ -329,8 +349,11 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
       parents); `range` of a limited hinge or slide becomes the joint's stops. A
       body with two orthogonal slides and then a hinge normal to them (a planar
       robot's root) gets a "planar" joint and three coordinate joints
-      (`add_joint(..., rows=False)`) with the MJCF joints' names, ranges and motors. jaxrbd's
-      joint coordinate is qpos minus its initial value.
+      (`add_joint(..., rows=False)`) with the MJCF joints' names, ranges and motors;
+      a body with two or three hinges about one anchor with orthogonal axes (a
+      humanoid's hip, shoulder or waist) gets `add_hinges`: a universal or ball
+      joint and a coordinate joint per hinge. jaxrbd's joint coordinate is qpos
+      minus its initial value.
     - geoms: plane (static only), sphere, capsule, box, and mesh as its convex hull
       (`ConvexMesh`, which is how MuJoCo collides meshes), posed in the body frame.
       Friction per pair is MuJoCo's: the sliding friction (`friction[0]`) of the
@@ -355,7 +378,7 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
     raise NotImplementedError naming the element: cylinder, ellipsoid and
     height-field geoms that collide (ones that collide with nothing are left out and
     listed), equality constraints, explicit `<pair>` contacts, bodies with
-    several joints other than a planar root, limited ball joints, actuators other
+    several joints other than a planar root or orthogonal hinges about one anchor, limited ball joints, actuators other
     than motors on hinges and slides, and flexes. Mocap bodies are static.
 
     Args:
@@ -413,7 +436,7 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
             (static.add if m.body_parentid[i] in static else welded.append)(i)
         else:
             if n > 1:
-                _check_planar(
+                _several_joints(
                     m, data, i, body_name(i), [joint_name(j) for j in range(m.body_jntadr[i], m.body_jntadr[i] + n)]
                 )
             moving.append(i)
@@ -541,7 +564,22 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
         other = None if parent in static else body_name(parent)
         first, count = m.body_jntadr[i], m.body_jntnum[i]
         last = first + count - 1
-        if count > 1:  # two slides, then a hinge normal to them (`_check_planar`): one planar joint carries the rows
+        if count > 1 and _several_joints(m, data, i) == "hinges":
+            ids = range(first, last + 1)
+            b.add_hinges(
+                [joint_name(j) for j in ids],
+                body_name(i),
+                other,
+                anchor=np.array(data.xanchor[first]),
+                axes=[np.array(data.xaxis[j]) for j in ids],
+                ranges=[
+                    tuple(float(x - qpos[m.jnt_qposadr[j]]) for x in m.jnt_range[j]) if m.jnt_limited[j] else None
+                    for j in ids
+                ],
+            )
+            joint_of.update({j: joint_name(j) for j in ids})
+            continue
+        if count > 1:  # two slides, then a hinge normal to them (`_several_joints`): one planar joint carries the rows
             anchor, axis = np.array(data.xanchor[last]), np.array(data.xaxis[last])
             b.add_joint(f"{body_name(i)} (planar)", "planar", body_name(i), other, anchor=anchor, axis=axis)
         for j in range(first, last + 1):
@@ -620,19 +658,25 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
     )
 
 
-def _check_planar(m, data, i, name, joints):
-    """NotImplementedError unless body i's joints are two slides and then a hinge whose axis is normal to both (the
-    root of a planar robot: its anchor moves in a plane, and it turns about the plane's normal), the slides' axes
-    orthogonal; `data` holds the kinematics at the initial qpos."""
+def _several_joints(m, data, i, name=None, joints=None):
+    """How body i's several joints map: "hinges" (two or three hinges about one anchor with orthogonal axes, as
+    `SceneBuilder.add_hinges`) or "planar" (two orthogonal slides, then a hinge normal to both: the root of a planar
+    robot); otherwise NotImplementedError naming the body and its joints. `data` holds the kinematics at the initial
+    qpos."""
     ids = range(m.body_jntadr[i], m.body_jntadr[i] + m.body_jntnum[i])
     kinds = [int(m.jnt_type[j]) for j in ids]
     axes = [np.array(data.xaxis[j]) for j in ids]
-    planar = kinds == [SLIDE, SLIDE, HINGE] and all(abs(axes[p] @ axes[q]) <= 1e-9 for p, q in ((0, 1), (0, 2), (1, 2)))
-    if not planar:
-        raise NotImplementedError(
-            f"load_mjcf: body {name!r} has {len(kinds)} joints {joints}; jaxrbd maps several joints on one body only "
-            "as two orthogonal slides followed by a hinge normal to them (a planar joint)"
-        )
+    orthogonal = all(abs(axes[p] @ axes[q]) <= 1e-9 for p in range(len(axes)) for q in range(p))
+    one_anchor = all(np.allclose(data.xanchor[j], data.xanchor[ids[0]], rtol=0.0, atol=1e-9) for j in ids)
+    if orthogonal and one_anchor and kinds in ([HINGE] * 2, [HINGE] * 3):
+        return "hinges"
+    if orthogonal and kinds == [SLIDE, SLIDE, HINGE]:
+        return "planar"
+    raise NotImplementedError(
+        f"load_mjcf: body {name!r} has {len(kinds)} joints {joints}; jaxrbd maps several joints on one body only as "
+        "two or three hinges about one anchor with orthogonal axes, or as two orthogonal slides followed by a hinge "
+        "normal to them (a planar joint)"
+    )
 
 
 def _welded_inertia(m, data, i, welded):

@@ -32,7 +32,7 @@ def _model(name, keyframe=None, passive=True):
     damping and armature set to 0."""
     xml = (DATA / f"{name}.xml").read_text()
     if not passive:
-        xml = re.sub(r'(armature|damping)="[^"]*"', r'\1="0"', xml)
+        xml = re.sub(r'(armature|damping|stiffness)="[^"]*"', r'\1="0"', xml)
     if keyframe is not None:
         qpos = " ".join(map(repr, keyframe))
         xml = xml.replace("</mujoco>", f'<keyframe><key name="start" qpos="{qpos}"/></keyframe></mujoco>')

@@ -25,7 +25,17 @@ from .._validate import as_float, check_inertia, check_shape, check_value, is_tr
 from ..dynamics import project_to_joints
 from ..geometry import BroadPhase, PairGroup
 from ..model import Scene, State
-from ._model import COORDINATE, JOINT_KINDS, JOINT_TOL, BodyModel, BodyParams, JointParams, MotorParams
+from ._model import (
+    AXIS_ON_A,
+    COORDINATE,
+    JOINT_KINDS,
+    MIDDLE,
+    JOINT_TOL,
+    BodyModel,
+    BodyParams,
+    JointParams,
+    MotorParams,
+)
 
 GRAVITY = 9.81
 OVERLAP_TOL = 1e-9  # an initial gap below -OVERLAP_TOL is reported as an overlap
@@ -368,10 +378,73 @@ class SceneBuilder:
             raise ValueError(f"joint {name!r}: rows=False applies to revolute and slide joints in 3D scenes only")
         limits = self._check_range(name, kind, range)
         check_value(f"restitution of joint {name!r}", restitution, shape=(), unit_interval=True)
-        self._joints.append((name, kind, a, b, anchor, anchor_a, anchor_b, axis, limits, as_float(restitution), rows))
+        entry = (name, kind, a, b, anchor, anchor_a, anchor_b, axis, limits, as_float(restitution), rows, None)
+        self._joints.append(entry)
         if b != "world":
             self._excluded.add(frozenset((a, b)))
         return name
+
+    def add_hinges(self, names, a, b, anchor, axes, ranges=None, restitution=0.0):
+        """Add two or three hinges in sequence about one anchor (an MJCF body with several hinge joints); returns names.
+
+        At the initial configuration the hinges' angles are zero; after it, a's
+        rotation relative to b is R(axes[0], q_0) R(axes[1], q_1) [R(axes[2], q_2)]:
+        the first axis turns with b, the last with a (and a middle one with the
+        first hinge). The axes must be orthogonal to each other. The rows are those
+        of a universal joint (two hinges: the anchor gap and the last axis kept
+        normal to the first; 4 rows) or of a ball joint (three; 3 rows), and each
+        hinge is a coordinate joint named names[k] (no rows: its range's stops,
+        motors on it and `joint_coordinates` read its angle, as MuJoCo's qpos).
+        The first and the last angle are measured in the window of `add_joint`;
+        the middle of three lies in [-pi/2, pi/2] and its rate is singular at
+        +-pi/2 (gimbal lock), so its range's finite limits must lie inside (-pi/2, pi/2).
+
+        Args:
+            names: two or three new joint names, one per hinge, in order.
+            a, b: body names (a moving; b a moving body, "world" or None).
+            anchor: (3,) the common world point of the hinges.
+            axes: (2 or 3, 3) world-frame axes at the initial configuration.
+            ranges: None, or one (lo, hi) or None per hinge (radians, as `add_joint`).
+            restitution: in [0, 1], the restitution of the ranges' stops.
+        """
+        if self.dim != 3:
+            raise ValueError("add_hinges: hinge sequences are supported in 3D scenes only")
+        if isinstance(names, str) or not hasattr(names, "__len__") or len(names) not in (2, 3):
+            raise ValueError(f"add_hinges: names must be two or three joint names, got {names!r}")
+        axes = np.asarray(axes, float)
+        norms = np.linalg.norm(axes, axis=-1)
+        if axes.shape != (len(names), 3) or not (np.all(np.isfinite(axes)) and np.all(norms > 1e-12)):
+            raise ValueError(
+                f"add_hinges {list(names)}: axes must be {len(names)} finite nonzero (3,) vectors, got {axes}"
+            )
+        unit = axes / norms[:, None]
+        gram = unit @ unit.T - np.eye(len(names))
+        if not np.all(np.abs(gram) <= 1e-9):
+            raise ValueError(f"add_hinges {list(names)}: the axes must be orthogonal to each other, got {unit}")
+        ranges = [None] * len(names) if ranges is None else list(ranges)
+        if len(ranges) != len(names):
+            raise ValueError(f"add_hinges {list(names)}: ranges must hold one (lo, hi) or None per hinge, got {ranges}")
+        if len(names) == 3 and ranges[1] is not None:
+            limits = [float(np.asarray(x)) for x in ranges[1]]
+            if not all(-math.pi / 2 < x < math.pi / 2 for x in limits if not math.isinf(x)):
+                raise ValueError(
+                    f"joint {names[1]!r}: the middle hinge's finite limits must lie inside (-pi/2, pi/2), got "
+                    f"{ranges[1]!r}"
+                )
+        rows_name = f"{a} ({', '.join(names)})"
+        if len(names) == 3:
+            self.add_joint(rows_name, "ball", a, b, anchor=anchor)
+        else:
+            self.add_joint(rows_name, "revolute", a, b, anchor=anchor, axis=unit[0])
+            entry = self._joints.pop()  # a revolute joint's checks; the rows are a universal joint's
+            self._joints.append((entry[0], "universal", *entry[2:11], ("", unit[1])))
+        modes = [("", unit[-1])] + [(MIDDLE, unit[-1])] * (len(names) - 2) + [(AXIS_ON_A, unit[0])]
+        for name, axis, rng, measure in zip(names, unit, ranges, modes):
+            self.add_joint(
+                name, "revolute", a, b, anchor=anchor, axis=axis, range=rng, restitution=restitution, rows=False
+            )
+            self._joints.append((*self._joints.pop()[:11], measure))
+        return tuple(names)
 
     def _check_range(self, name, kind, range):
         """((lo, hi), (has lower stop, has upper stop)) of a joint range, or None; ValueError naming `range`."""
@@ -465,7 +538,7 @@ class SceneBuilder:
             return jnp.concatenate([x, jnp.zeros(3 - x.shape[0], x.dtype)])
 
         layout, leaves, limits = [], [], []
-        for j, (name, kind, a, b, anchor, anchor_a, anchor_b, axis, rng, e, rows) in enumerate(self._joints):
+        for j, (name, kind, a, b, anchor, anchor_a, anchor_b, axis, rng, e, rows, measure) in enumerate(self._joints):
             ia, ib = index[a], index[b]
             if anchor is not None:
                 x = pad(anchor)
@@ -474,8 +547,11 @@ class SceneBuilder:
                 anchor_a, anchor_b = pad(anchor_a), pad(anchor_b)
             n = jnp.array([0.0, 0.0, 1.0]) if axis is None else axis / jnp.linalg.norm(axis)
             n_a = R[ia].T @ n
-            helper = jnp.where(jnp.abs(n_a[0]) < 0.9, jnp.array([1.0, 0.0, 0.0]), jnp.array([0.0, 1.0, 0.0]))
-            u = jnp.cross(n_a, helper)
+            if measure is None:  # any vector normal to the axis
+                helper = jnp.where(jnp.abs(n_a[0]) < 0.9, jnp.array([1.0, 0.0, 0.0]), jnp.array([0.0, 1.0, 0.0]))
+                u = jnp.cross(n_a, helper)
+            else:  # add_hinges: the reference axis, normal to this one
+                u = R[ia].T @ measure[1]
             u = u / jnp.linalg.norm(u)
             perp_a = jnp.stack([u, jnp.cross(n_a, u)])
             perp_b = (R[ib].T @ R[ia] @ perp_a.T).T  # the same world vectors in b's frame
@@ -488,7 +564,7 @@ class SceneBuilder:
             )
             theta = model.orientations(q)
             offset = (theta[ia] - (theta[ib] if ib < len(self._bodies) else 0.0)) if self.dim == 2 else 0.0
-            layout.append((name, kind if rows else kind + COORDINATE, ia, ib))
+            layout.append((name, kind if rows else kind + COORDINATE + (measure[0] if measure else ""), ia, ib))
             leaves.append((anchor_a, anchor_b, R[ib].T @ n, perp_a, perp_b, lo, hi, centre, offset, e))
             limits += [(j, side) for side, stop in zip((1, -1), stops) if stop]
         fields = ("anchor_a", "anchor_b", "axis_b", "perp_a", "perp_b", "lower", "upper", "centre", "offset")

@@ -95,13 +95,21 @@ class MotorParams(eqx.Module):
     direction: jax.Array
 
 
-JOINT_KINDS = ("ball", "revolute", "slide", "planar")
-COORDINATE = " coordinate"  # the suffix of a joint kind in the layout that measures a coordinate and adds no rows
+JOINT_KINDS = ("ball", "revolute", "slide", "planar")  # "universal" joints come from `SceneBuilder.add_hinges`
+COORDINATE = " coordinate"  # in a layout joint kind: it measures a coordinate and adds no rows
+# How a hinge coordinate of `SceneBuilder.add_hinges` is measured, after COORDINATE in its kind: its axis fixed in a
+# (the last hinge of a sequence), or the middle hinge of three (its axis fixed in neither body).
+AXIS_ON_A, MIDDLE = " (axis on a)", " (middle)"
 
 
 def base_kind(kind):
-    """The kind of a layout joint without COORDINATE: "revolute coordinate" -> "revolute"."""
-    return kind.removesuffix(COORDINATE)
+    """The kind of a layout joint without COORDINATE: "revolute coordinate (middle)" -> "revolute"."""
+    return kind.split(COORDINATE)[0]
+
+
+def is_coordinate(kind):
+    """Whether a layout joint kind measures a coordinate only (no constraint rows)."""
+    return COORDINATE in kind
 
 
 MOTOR_KINDS = ("joint", "force", "torque")
@@ -123,8 +131,9 @@ class BodyModel:
             pair (the order of `system.mu`; `Contacts.index` points into it).
         margin: contacts with a gap above it are inactive.
         joints: ((name, kind, body a, body b), ...) with body indices (nb: the world);
-            a kind ending in COORDINATE ("revolute coordinate", "slide coordinate")
-            measures its coordinate (ranges, motors) and adds no constraint rows.
+            a kind containing COORDINATE ("revolute coordinate", "slide coordinate",
+            "revolute coordinate (middle)", ...) measures its coordinate (ranges,
+            motors) and adds no constraint rows.
         overflow_distance: the broad phase's overflow distance (`BroadPhase.distance`).
         limits: ((joint index, side), ...) the stops of the joint ranges, side +1
             for the lower stop (gap = coordinate - lower) and -1 for the upper
@@ -355,13 +364,20 @@ class BodyModel:
 
         A 3D hinge angle is atan2 of the rotated reference vector of a in b's
         reference frame, measured in the window (centre - pi, centre + pi]; its rate
-        row is the exact derivative, n . (w_a - w_b) while the hinge holds.
+        row is the exact derivative, n . (w_a - w_b) while the hinge holds. The
+        hinges of `SceneBuilder.add_hinges` (a's rotation relative to b is
+        R(n_1, q_1) R(n_2, q_2) [R(n_3, q_3)], orthogonal axes) measure: the first,
+        a's last axis (perp_a[0]) in b's frame about n_1; the last (AXIS_ON_A), b's
+        first axis (perp_b[0]) in a's frame about n_last, negated; the middle of
+        three (MIDDLE), q_2 = atan2(s n_1 . n_3, |n_1 x n_3|) with s n_1 fixed in b
+        (perp_b[1]) and n_3 fixed in a (perp_a[0]), in [-pi/2, pi/2], singular
+        at +-pi/2 (gimbal lock).
         """
         p, R = self.poses(q)
         jp, nb = params.joints, self.nbodies
         values, rows_a, rows_b, frames = [], [], [], []
-        for j, (_, kind, a, b) in enumerate(self.joints):
-            kind = base_kind(kind)
+        for j, (_, layout_kind, a, b) in enumerate(self.joints):
+            kind = base_kind(layout_kind)
             r_a, r_b = R[a] @ jp.anchor_a[j], R[b] @ jp.anchor_b[j]
             x_a, x_b = p[a] + r_a, p[b] + r_b
             n = R[b] @ jp.axis_b[j]
@@ -374,12 +390,25 @@ class BodyModel:
                 ra, rb = jnp.array([0.0, 0.0, 1.0], q.dtype), jnp.array([0.0, 0.0, -1.0], q.dtype)
                 if kind == "ball":
                     ra, rb = jnp.zeros(3, q.dtype), jnp.zeros(3, q.dtype)
+            elif kind == "revolute" and layout_kind.endswith(MIDDLE):
+                first, e = R[b] @ jp.perp_b[j, 1], R[a] @ jp.perp_a[j, 0]
+                normal = jnp.cross(e, first)
+                cos = jnp.sqrt(jnp.maximum(normal @ normal, jnp.finfo(q.dtype).tiny))
+                value, k = jnp.arctan2(first @ e, cos), normal / cos
+                n, u, w = k, e, jnp.cross(k, e)
+                ra, rb = jnp.concatenate([zero3, k]), jnp.concatenate([zero3, -k])
             elif kind == "revolute":
-                e = R[a] @ jp.perp_a[j, 0]
-                x, y = e @ u, e @ w
+                if layout_kind.endswith(AXIS_ON_A):  # (u, w) turn with a, the reference with b
+                    f, u, w = R[b] @ jp.perp_b[j, 0], R[a] @ jp.perp_a[j, 0], R[a] @ jp.perp_a[j, 1]
+                    n = jnp.cross(u, w)
+                    x, y = f @ u, -(f @ w)
+                    k = jnp.cross(f, x * w + y * u) / (x * x + y * y)
+                else:
+                    e = R[a] @ jp.perp_a[j, 0]
+                    x, y = e @ u, e @ w
+                    k = jnp.cross(e, x * w - y * u) / (x * x + y * y)
                 c = jp.centre[j]
                 value = c + jnp.arctan2(y * jnp.cos(c) - x * jnp.sin(c), x * jnp.cos(c) + y * jnp.sin(c))
-                k = jnp.cross(e, x * w - y * u) / (x * x + y * y)
                 ra, rb = jnp.concatenate([zero3, k]), jnp.concatenate([zero3, -k])
             elif kind == "slide":
                 d = x_a - x_b
@@ -588,14 +617,16 @@ class BodyModel:
         the anchor gap across the axis, (x_a - x_b) . (R_b u_b) = 0 and
         (x_a - x_b) . (R_b w_b) = 0, the two hinge rows, and the locked spin
         (R_a u_a) . (R_b w_b) = 0. Planar (3D): the anchor gap along the normal,
-        (x_a - x_b) . (R_b axis_b) = 0, and the two hinge rows. Coordinate joints
-        add none.
+        (x_a - x_b) . (R_b axis_b) = 0, and the two hinge rows. Universal: the
+        anchor gap and (R_a perp_a[0]) . (R_b axis_b) = 0 (the second hinge axis,
+        fixed in a, stays normal to the first, fixed in b). Coordinate joints add
+        none.
         """
         p, R = self.poses(q)
         jp = params.joints
         rows = []
         for j, (_, kind, a, b) in enumerate(self.joints):
-            if kind.endswith(COORDINATE):
+            if is_coordinate(kind):
                 continue
             x_a = p[a] + R[a] @ jp.anchor_a[j]
             x_b = p[b] + R[b] @ jp.anchor_b[j]
@@ -609,13 +640,21 @@ class BodyModel:
                 rows.append((R[a] @ jp.perp_a[j].T).T @ (R[b] @ jp.axis_b[j]))
             if kind == "slide":
                 rows.append(((R[a] @ jp.perp_a[j, 0]) @ (R[b] @ jp.perp_b[j, 1]))[None])
+            if kind == "universal":
+                rows.append(((R[a] @ jp.perp_a[j, 0]) @ (R[b] @ jp.axis_b[j]))[None])
         return jnp.concatenate(rows) if rows else jnp.zeros((0,), q.dtype)
 
     def joint_rows(self):
         """((name, first row, number of rows), ...): where each joint sits in g(q)."""
         out, start = [], 0
         for name, kind, _, _ in self.joints:
-            n = 0 if kind.endswith(COORDINATE) else 2 if self.dim == 2 else {"ball": 3, "planar": 3}.get(kind, 5)
+            n = (
+                0
+                if is_coordinate(kind)
+                else 2
+                if self.dim == 2
+                else {"ball": 3, "planar": 3, "universal": 4}.get(kind, 5)
+            )
             out.append((name, start, n))
             start += n
         return tuple(out)
