@@ -90,8 +90,62 @@ def test_public_models_load_and_name_what_they_ignore_or_refuse():
         "revolute coordinate",
     ]
     assert hopper.motors == ("actuator0", "actuator1", "actuator2")  # on the thigh, leg and foot hinges
-    with pytest.raises(NotImplementedError, match="body 'lwaist' has 2 joints"):
-        rbd.load_mjcf(DATA / "humanoid.xml")
+    # The humanoid's waist and shoulders have two hinges, its hips three: universal and ball joints with a
+    # coordinate joint per hinge (`add_hinges`), whose motors and ranges they carry.
+    humanoid, said = _load(_model("humanoid"))
+    kinds = {name: kind for name, kind, _, _ in humanoid.bodies.joints}
+    assert (
+        kinds["lwaist (abdomen_z, abdomen_y)"] == "universal"
+        and kinds["abdomen_y"] == "revolute coordinate (axis on a)"
+    )
+    assert kinds["right_thigh (right_hip_x, right_hip_z, right_hip_y)"] == "ball"
+    assert kinds["right_hip_z"] == "revolute coordinate (middle)" and kinds["right_knee"] == "revolute"
+    assert len(humanoid.motors) == 17 and "tendons ['left_hipknee', 'right_hipknee']" in said
+    # Two hinges that are not orthogonal: refused, naming the body.
+    skew = """<mujoco><worldbody><body name="arm"><joint name="j1" type="hinge" axis="1 0 0"/>
+        <joint name="j2" type="hinge" axis="1 1 0"/><geom type="sphere" size="0.1"/></body></worldbody></mujoco>"""
+    with pytest.raises(NotImplementedError, match="body 'arm' has 2 joints"):
+        rbd.load_mjcf(skew)
+
+
+@pytest.mark.slow  # the humanoid's state maps compile
+def test_the_humanoids_hinge_sequences_read_mujocos_qpos_and_qvel():
+    """The humanoid at a random pose and velocity (hinges within their ranges): MuJoCo's qpos -> jaxrbd's q ->
+    qpos again; q against MuJoCo's kinematics (centres of mass `xipos` of the bodies that carry no welded body);
+    the joints' rows hold; each hinge's coordinate is its qpos minus qpos0, and its rate row times jaxrbd's v
+    is MuJoCo's qvel."""
+    xml = _model("humanoid")
+    humanoid, _ = _load(xml)
+    m = mujoco.MjModel.from_xml_string(xml)
+    d = mujoco.MjData(m)
+    rng = np.random.default_rng(7)
+    lo, hi = m.jnt_range[1:].T
+    qpos = m.qpos0.copy()
+    qpos[:3] += rng.normal(size=3)
+    qpos[3:7] = rng.normal(size=4) / 2 + [1.0, 0.0, 0.0, 0.0]
+    qpos[3:7] /= np.linalg.norm(qpos[3:7])
+    qpos[7:] = lo + rng.uniform(0.05, 0.95, m.nq - 7) * (hi - lo)
+    qvel = rng.normal(size=m.nv)
+    np.testing.assert_allclose(
+        np.asarray(humanoid.to_mujoco_qpos(humanoid.from_mujoco_qpos(qpos))), qpos, rtol=0, atol=1e-12
+    )
+    state = humanoid.from_mujoco(qpos, qvel)
+    d.qpos[:] = qpos
+    mujoco.mj_kinematics(m, d)
+    ids = [m.body(name).id for name in humanoid.bodies.names]
+    alone = [k for k, i in enumerate(ids) if not any(m.body_weldid[b] == i for b in range(m.nbody) if b != i)]
+    assert len(alone) == 9  # the shins carry the feet
+    q = np.asarray(state.q).reshape(-1, 7)
+    np.testing.assert_allclose(q[alone, :3], d.xipos[np.array(ids)[alone]], rtol=0, atol=1e-12)
+    params = humanoid.system.params
+    assert float(np.abs(np.asarray(humanoid.bodies.constraints(state.q, params))).max()) <= 1e-12
+    values, rows = humanoid.bodies.joint_coordinates(state.q, params)
+    names = [name for name, _, _, _ in humanoid.bodies.joints]
+    for j in range(1, m.njnt):  # every hinge (joint 0 is the free root)
+        k = names.index(m.joint(j).name)
+        a, dof = m.jnt_qposadr[j], m.jnt_dofadr[j]
+        assert abs(float(values[k]) - (qpos[a] - m.qpos0[a])) <= 1e-12, m.joint(j).name
+        assert abs(float(rows[k] @ state.v) - qvel[dof]) <= 1e-12, m.joint(j).name
 
 
 @pytest.mark.slow  # the hopper's state maps compile again
