@@ -271,6 +271,15 @@ def test_bad_ranges_are_rejected_naming_the_argument(kind, rng, match):
     assert "'hinge'" in str(err.value)
 
 
+def test_a_joint_that_starts_outside_its_range_is_reported():
+    """A range that excludes the initial configuration (coordinate 0): its stop would kick the joint inside in the
+    first step, so the builder says so, naming the joint and the range (as for Gymnasium's humanoid, whose knees
+    start at 0 with a range (-160, -2) degrees)."""
+    _, add = _hinged()
+    with pytest.warns(UserWarning, match=r"joint 'hinge' starts outside its range \(0.1, 0.5\)"):
+        add("revolute", "arm", axis=(0, 1, 0), range=(0.1, 0.5))
+
+
 @pytest.mark.slow
 def test_bad_motors_and_controls_are_rejected_naming_the_argument(stops):
     b, add = _hinged()

@@ -1,7 +1,7 @@
 """MJCF files written by others (issue 17): Gymnasium's MuJoCo models, loaded and stepped beside MuJoCo's C engine.
 
 The files in tests/data/gymnasium are Gymnasium 1.4.0's (MIT licence, in that folder), unchanged. A test may
-add a keyframe (the drop height) or, where it says so, zero the joints' damping and armature: jaxrbd ignores
+add a keyframe (the drop height) or, where it says so, zero the joints' damping, stiffness and armature: jaxrbd ignores
 those (its warning names them), and the comparison is about what it does model. MuJoCo integrates these
 files with RK4 at 0.01 s; jaxrbd steps at STEP, so its first-order error in free fall, g STEP t / 2, stays
 below the issue's 1 cm.
@@ -192,18 +192,19 @@ def test_welded_bodies_add_up_to_mujocos_composite_mass_and_inertia():
     np.testing.assert_allclose(np.asarray(ant.to_mujoco_qpos(ant.from_mujoco_qpos(qpos))), qpos, rtol=0, atol=1e-12)
 
 
-def _drop(name, start):
-    """Gymnasium's model `name` from qpos `start` with its joints' damping and armature set to 0, stepped by
+def _drop(name, start, step=STEP, **load):
+    """Gymnasium's model `name` from qpos `start` with its joints' damping, stiffness and armature set to 0, stepped by
     jaxrbd (every step converged) and by MuJoCo; asserts the 1 cm until MuJoCo's first contact. Returns, per
     MuJoCo step: jaxrbd's centres of mass, MuJoCo's bodies in contact and jaxrbd's (a contact impulse above
     IMPULSE_FLOOR in the steps since MuJoCo's previous one), MuJoCo's deepest contact distance; and the first
     step with a MuJoCo contact."""
     xml = _model(name, keyframe=start, passive=False)
-    scene, _ = _load(xml, keyframe="start")
-    traj = rbd.simulate(*scene, dt=STEP, steps=round(DURATION / STEP))
+    scene, _ = _load(xml, keyframe="start", **load)
+    traj = rbd.simulate(*scene, dt=step, steps=round(DURATION / step))
     assert bool(traj.stats.converged.all()) and float(traj.stats.residual.max()) <= RESIDUAL_TOL
     dt, theirs, touching, deepest = _mujoco_run(xml, scene)
-    stride = round(dt / STEP)
+    stride = round(dt / step)
+    assert abs(stride * step - dt) <= 1e-12  # jaxrbd's steps end on MuJoCo's
     ours = np.asarray(traj.q[::stride]).reshape(len(theirs), -1, 7)[:, :, :3]
     first = next(k for k, bodies in enumerate(touching) if bodies)
     error = np.abs(ours - theirs).max(axis=(1, 2))
@@ -261,3 +262,23 @@ def test_the_inverted_double_pendulum_falls_like_mujoco():
     print(f"\ninverted double pendulum: largest distance from MuJoCo over {DURATION} s {error:.2e} m")
     assert error <= POSITION_TOL
     assert float(np.abs(ours[-1] - ours[0]).max()) > 0.1  # it did fall
+
+
+@pytest.mark.long  # about 5 minutes: 11 bodies, 190 candidate pairs (16 slots per shape kind pair)
+def test_the_humanoid_falls_onto_the_floor_like_mujoco():
+    """Gymnasium's humanoid (universal joints at its waist and shoulders, three hinges at each hip), lifted 0.2 m,
+    its knees bent to the middle of their range (at qpos0 they lie outside it, which MuJoCo's soft limits
+    push back gently and a rigid stop in one step), damping, stiffness and armature set to 0: within 1 cm of
+    MuJoCo until MuJoCo's first contact (its shins), then the bodies in contact."""
+    m = mujoco.MjModel.from_xml_path(str(DATA / "humanoid.xml"))
+    start = [float(x) for x in m.qpos0]
+    start[2] += 0.2
+    for j in range(1, m.njnt):
+        lo, hi = m.jnt_range[j]
+        if not lo <= start[m.jnt_qposadr[j]] <= hi:
+            start[m.jnt_qposadr[j]] = float(0.5 * (lo + hi))
+    _, touching, ours_touching, deepest, first, dt = _drop(
+        "humanoid", start, step=0.0015, broadphase=rbd.BroadPhase(slots=16, distance=0.005)
+    )
+    for k in range(first, len(touching)):
+        print(round(k * dt, 3), sorted(ours_touching[k]), sorted(touching[k]), deepest[k])

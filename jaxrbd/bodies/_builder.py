@@ -471,6 +471,12 @@ class SceneBuilder:
             raise ValueError(
                 f"joint {name!r}: a 3D hinge range must span less than one turn (hi - lo < 2 pi), got {range!r}"
             )
+        if not flo <= 0.0 <= fhi:
+            warnings.warn(
+                f"joint {name!r} starts outside its range ({flo}, {fhi}) (its coordinate is 0 at the initial "
+                "configuration): its stop pushes it inside within the first step, a sudden kick",
+                stacklevel=3,
+            )
         return (flo, fhi), (not math.isinf(flo), not math.isinf(fhi))
 
     def add_motor(self, name, joint=None, *, body=None, force=None, torque=None, gear=1.0):
