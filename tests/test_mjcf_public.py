@@ -24,6 +24,7 @@ DURATION = 0.5  # s
 POSITION_TOL = 0.01  # metres: the issue's bound on body positions before any contact
 IMPULSE_FLOOR = 1e-9  # N s: a contact impulse above it counts as a contact in jaxrbd's step
 RESIDUAL_TOL = 1e-8
+SOFT_REBOUND = 0.005  # metres: the humanoid's shins leave MuJoCo's floor's force while deeper than this
 LEG_CLEARANCE = 0.02  # metres: the hopper's leg capsule (radius 0.04) ends on the axis of its foot (radius 0.06)
 
 
@@ -200,11 +201,11 @@ def _drop(name, start, step=STEP, **load):
     step with a MuJoCo contact."""
     xml = _model(name, keyframe=start, passive=False)
     scene, _ = _load(xml, keyframe="start", **load)
-    traj = rbd.simulate(*scene, dt=step, steps=round(DURATION / step))
+    stride = round(scene.dt / step)
+    assert abs(stride * step - scene.dt) <= 1e-12  # jaxrbd's steps end on MuJoCo's
+    traj = rbd.simulate(*scene, dt=step, steps=stride * round(DURATION / scene.dt))
     assert bool(traj.stats.converged.all()) and float(traj.stats.residual.max()) <= RESIDUAL_TOL
     dt, theirs, touching, deepest = _mujoco_run(xml, scene)
-    stride = round(dt / step)
-    assert abs(stride * step - dt) <= 1e-12  # jaxrbd's steps end on MuJoCo's
     ours = np.asarray(traj.q[::stride]).reshape(len(theirs), -1, 7)[:, :, :3]
     first = next(k for k, bodies in enumerate(touching) if bodies)
     error = np.abs(ours - theirs).max(axis=(1, 2))
@@ -269,7 +270,8 @@ def test_the_humanoid_falls_onto_the_floor_like_mujoco():
     """Gymnasium's humanoid (universal joints at its waist and shoulders, three hinges at each hip), lifted 0.2 m,
     its knees bent to the middle of their range (at qpos0 they lie outside it, which MuJoCo's soft limits
     push back gently and a rigid stop in one step), damping, stiffness and armature set to 0: within 1 cm of
-    MuJoCo until MuJoCo's first contact (its shins), then the bodies in contact."""
+    MuJoCo until MuJoCo's first contact (its shins), then the same bodies in contact at every one of MuJoCo's
+    steps until MuJoCo's soft contact springs back."""
     m = mujoco.MjModel.from_xml_path(str(DATA / "humanoid.xml"))
     start = [float(x) for x in m.qpos0]
     start[2] += 0.2
@@ -280,5 +282,11 @@ def test_the_humanoid_falls_onto_the_floor_like_mujoco():
     _, touching, ours_touching, deepest, first, dt = _drop(
         "humanoid", start, step=0.0015, broadphase=rbd.BroadPhase(slots=16, distance=0.005)
     )
-    for k in range(first, len(touching)):
-        print(round(k * dt, 3), sorted(ours_touching[k]), sorted(touching[k]), deepest[k])
+    shins = {"left_shin", "right_shin"}
+    release = next(k for k in range(first, len(touching)) if not touching[k])
+    for k in range(first, release):
+        assert ours_touching[k] == touching[k] == shins, (k * dt, sorted(ours_touching[k]), sorted(touching[k]))
+    print(f"humanoid: the same bodies (its shins) in contact from {first * dt:.3f} s to {release * dt:.3f} s")
+    # Then MuJoCo's soft contact springs back: its shins, still SOFT_REBOUND deep in the floor, carry no force,
+    # while jaxrbd's rigid shins, which never sank, stay on it.
+    assert release - first >= 20 and deepest[release] < -SOFT_REBOUND and ours_touching[release] == shins
