@@ -429,14 +429,14 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
     # Bodies: static (welded to the world), moving with exactly one joint, or welded to a moving body (one rigid
     # body with it, as MuJoCo's body_weldid says).
     static = {0}
-    moving, welded = [], []
+    moving, welded, several = [], [], {}  # several: body -> "hinges" or "planar" (`_several_joints`)
     for i in range(1, m.nbody):
         n = m.body_jntnum[i]
         if n == 0:
             (static.add if m.body_parentid[i] in static else welded.append)(i)
         else:
             if n > 1:
-                _several_joints(
+                several[i] = _several_joints(
                     m, data, i, body_name(i), [joint_name(j) for j in range(m.body_jntadr[i], m.body_jntadr[i] + n)]
                 )
             moving.append(i)
@@ -564,7 +564,7 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
         other = None if parent in static else body_name(parent)
         first, count = m.body_jntadr[i], m.body_jntnum[i]
         last = first + count - 1
-        if count > 1 and _several_joints(m, data, i) == "hinges":
+        if several.get(i) == "hinges":
             ids = range(first, last + 1)
             b.add_hinges(
                 [joint_name(j) for j in ids],
@@ -579,7 +579,7 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
             )
             joint_of.update({j: joint_name(j) for j in ids})
             continue
-        if count > 1:  # two slides, then a hinge normal to them (`_several_joints`): one planar joint carries the rows
+        if several.get(i) == "planar":  # two slides, then a hinge normal to them: one planar joint carries the rows
             anchor, axis = np.array(data.xanchor[last]), np.array(data.xaxis[last])
             b.add_joint(f"{body_name(i)} (planar)", "planar", body_name(i), other, anchor=anchor, axis=axis)
         for j in range(first, last + 1):
@@ -658,7 +658,7 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
     )
 
 
-def _several_joints(m, data, i, name=None, joints=None):
+def _several_joints(m, data, i, name, joints):
     """How body i's several joints map: "hinges" (two or three hinges about one anchor with orthogonal axes, as
     `SceneBuilder.add_hinges`) or "planar" (two orthogonal slides, then a hinge normal to both: the root of a planar
     robot); otherwise NotImplementedError naming the body and its joints. `data` holds the kinematics at the initial

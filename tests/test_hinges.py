@@ -124,6 +124,7 @@ def _hip():
     return scene, run
 
 
+@pytest.mark.slow  # a vmapped rollout with three motors and a stop: a compile of its own
 def test_one_motor_turns_its_hinge_alone_along_the_exact_discrete_parabola_and_the_middle_range_stops_it():
     scene, run = _hip()
     traj, coords = run(TORQUE * jnp.eye(3))
