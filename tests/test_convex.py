@@ -319,6 +319,39 @@ def test_box_mesh_gradient_matches_central_differences_and_is_finite_at_parallel
     assert np.all(np.isfinite(np.asarray(g))) and float(value) == pytest.approx(0.0, abs=EXACT)
 
 
+def test_a_face_landing_slightly_tilted_keeps_its_manifold():
+    """MJX's convex.xml at 0.462 s: its pyramid (base 0.4 m square) comes down base first, tilted 0.01 rad, onto
+    its box (0.4 m cube), 1.8e-6 m apart. An edge-edge axis separates by 9e-9 m more than the base's normal;
+    taken, its single point let the pyramid turn 9.8 mm into the box in the next step and spring off. The face
+    manifold is kept instead (`_boxes._edge_wins`): 4 distinct points, the least gap the exact distance."""
+    pyramid = _arrays(
+        rbd.ConvexMesh([[-0.1, 0.2, 0.2], [-0.1, -0.2, -0.2], [-0.1, -0.2, 0.2], [-0.1, 0.2, -0.2], [0.3, 0, 0]])
+    )
+    box = _arrays(rbd.Box(np.array([0.2, 0.2, 0.2])))
+    p_box = jnp.array([0.0012831114743106626, 1.998284403842492, 1.7471303233028983])
+    R_box = jnp.array(
+        [
+            [0.7065267877519072, -0.7074470037333176, 0.018402040585849336],
+            [0.7074526080335943, 0.7067228528091413, 0.007322342779125546],
+            [-0.0181853120797417, 0.007845140283045218, 0.9998038548627937],
+        ]
+    )
+    p_pyramid = jnp.array([0.00024170951162056904, 1.9998240087444563, 2.0493607839344263])
+    R_pyramid = jnp.array(
+        [
+            [0.010589350132971576, -0.7066799069600458, 0.7074541502901142],
+            [-0.0005030372876691502, -0.7074974938441159, -0.7067156734909648],
+            [0.9999438047296727, 0.007127783894142425, -0.00784742502416269],
+        ]
+    )
+    gap, _, x = geometry.box_mesh(_posed(box, p_box, R_box), _posed(pyramid, p_pyramid, R_pyramid), 3)
+    assert len(np.unique(np.round(np.asarray(x), 9), axis=0)) == 4
+    corners = _world_points(_SIGNS * 0.2, np.asarray(p_box), np.asarray(R_box))
+    vertices = _world_points(np.asarray(pyramid["vertices"]), np.asarray(p_pyramid), np.asarray(R_pyramid))
+    reference = reference_gap(corners, vertices)
+    assert 1e-6 < reference < 2e-6 and abs(float(gap.min()) - reference) <= SEPARATED
+
+
 # --- Bad input ---------------------------------------------------------------------------------------------
 
 

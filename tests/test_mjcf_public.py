@@ -1,6 +1,9 @@
-"""MJCF files written by others (issue 17): Gymnasium's MuJoCo models, loaded and stepped beside MuJoCo's C engine.
+"""MJCF files written by others (issue 17): Gymnasium's MuJoCo models and MuJoCo's own convex-mesh test file,
+loaded and stepped beside MuJoCo's C engine.
 
-The files in tests/data/gymnasium are Gymnasium 1.4.0's (MIT licence, in that folder), unchanged. A test may
+The files in tests/data/gymnasium are Gymnasium 1.4.0's (MIT licence, in that folder), unchanged; those in
+tests/data/mujoco are MJX's `convex.xml` and its three STL meshes, from the mujoco 4.0.0 wheel's
+`mujoco/mjx/test_data` (Apache 2.0 licence, in that folder), unchanged. A test may
 add a keyframe (the drop height) or, where it says so, zero the joints' damping, stiffness and armature: jaxrbd ignores
 those (its warning names them), and the comparison is about what it does model. MuJoCo integrates these
 files with RK4 at 0.01 s; jaxrbd steps at STEP, so its first-order error in free fall, g STEP t / 2, stays
@@ -11,6 +14,7 @@ import pathlib
 import re
 import warnings
 
+import jax
 import numpy as np
 import pytest
 
@@ -19,6 +23,7 @@ import jaxrbd as rbd
 mujoco = pytest.importorskip("mujoco")
 
 DATA = pathlib.Path(__file__).parent / "data" / "gymnasium"
+CONVEX = pathlib.Path(__file__).parent / "data" / "mujoco" / "convex.xml"
 STEP = 0.002  # jaxrbd's time step (s)
 DURATION = 0.5  # s
 POSITION_TOL = 0.01  # metres: the issue's bound on body positions before any contact
@@ -47,13 +52,18 @@ def _load(xml, **kwargs):
     return scene, " ".join(str(w.message) for w in caught)
 
 
-def _mujoco_run(xml, scene):
-    """MuJoCo's C engine from the keyframe over DURATION: per step of its own timestep, the centres of mass of
-    jaxrbd's bodies (in jaxrbd's q, via `from_mujoco_qpos`), the bodies in contact (normal force > 0) and the
-    deepest contact distance (negative: MuJoCo's soft contacts let bodies sink into each other)."""
-    m = mujoco.MjModel.from_xml_string(xml)
+def _mujoco_run(source, scene):
+    """MuJoCo's C engine on the XML or file `source` from its first keyframe (or qpos0) over DURATION: per step of
+    its own timestep, the centres of mass of jaxrbd's bodies (in jaxrbd's q, via `from_mujoco_qpos`), the bodies
+    in contact (normal force > 0) and the deepest contact distance (negative: MuJoCo's soft contacts let bodies
+    sink into each other)."""
+    if isinstance(source, pathlib.Path):
+        m = mujoco.MjModel.from_xml_path(str(source))
+    else:
+        m = mujoco.MjModel.from_xml_string(source)
     d = mujoco.MjData(m)
-    mujoco.mj_resetDataKeyframe(m, d, 0)
+    if m.nkey:
+        mujoco.mj_resetDataKeyframe(m, d, 0)
     steps = round(DURATION / m.opt.timestep)
     positions, touching, deepest = [], [], []
     force = np.zeros(6)
@@ -193,25 +203,22 @@ def test_welded_bodies_add_up_to_mujocos_composite_mass_and_inertia():
     np.testing.assert_allclose(np.asarray(ant.to_mujoco_qpos(ant.from_mujoco_qpos(qpos))), qpos, rtol=0, atol=1e-12)
 
 
-def _drop(name, start, step=STEP, **load):
-    """Gymnasium's model `name` from qpos `start` with its joints' damping, stiffness and armature set to 0, stepped by
-    jaxrbd (every step converged) and by MuJoCo; asserts the 1 cm until MuJoCo's first contact. Returns, per
-    MuJoCo step: jaxrbd's centres of mass, MuJoCo's bodies in contact and jaxrbd's (a contact impulse above
-    IMPULSE_FLOOR in the steps since MuJoCo's previous one), MuJoCo's deepest contact distance; and the first
-    step with a MuJoCo contact."""
-    xml = _model(name, keyframe=start, passive=False)
-    scene, _ = _load(xml, keyframe="start", **load)
+def _drop(source, step=STEP, **load):
+    """The XML or file `source` stepped by jaxrbd (every step converged) and by MuJoCo; asserts the 1 cm until
+    MuJoCo's first contact. Returns, per MuJoCo step: jaxrbd's centres of mass, MuJoCo's bodies in contact and
+    jaxrbd's (a contact impulse above IMPULSE_FLOOR in the steps since MuJoCo's previous one), MuJoCo's deepest
+    contact distance; and the first step with a MuJoCo contact, MuJoCo's timestep and jaxrbd's rollout."""
+    scene, _ = _load(source, **load)
     stride = round(scene.dt / step)
     assert abs(stride * step - scene.dt) <= 1e-12  # jaxrbd's steps end on MuJoCo's
     traj = rbd.simulate(*scene, dt=step, steps=stride * round(DURATION / scene.dt))
     assert bool(traj.stats.converged.all()) and float(traj.stats.residual.max()) <= RESIDUAL_TOL
-    dt, theirs, touching, deepest = _mujoco_run(xml, scene)
+    dt, theirs, touching, deepest = _mujoco_run(source, scene)
     ours = np.asarray(traj.q[::stride]).reshape(len(theirs), -1, 7)[:, :, :3]
     first = next(k for k, bodies in enumerate(touching) if bodies)
     error = np.abs(ours - theirs).max(axis=(1, 2))
-    print(
-        f"\n{name}: MuJoCo's first contact at t = {first * dt:.3f} s; largest distance before it {error[:first].max():.2e} m"
-    )
+    label = source.name if isinstance(source, pathlib.Path) else re.search(r'<mujoco model="([^"]+)"', source)[1]
+    print(f"\n{label}: MuJoCo's first contact at t = {first * dt:.3f} s; largest distance before it {error[:first].max():.2e} m")
     assert 0 < first and error[:first].max() <= POSITION_TOL
     pairs, statics = scene.bodies.pair_names, set(scene.bodies.statics)
     impulses = np.asarray(traj.impulses.normal)[:, : len(pairs)]
@@ -219,7 +226,7 @@ def _drop(name, start, step=STEP, **load):
     for k in range(1, len(theirs)):
         hit = impulses[(k - 1) * stride : k * stride].max(axis=0) > IMPULSE_FLOOR
         ours_touching.append({body for (a, b), h in zip(pairs, hit) if h for body in (a, b)} - statics)
-    return ours, touching, ours_touching, deepest, first, dt
+    return ours, touching, ours_touching, deepest, first, dt, (scene, traj)
 
 
 @pytest.mark.slow
@@ -228,7 +235,7 @@ def test_the_ant_falls_onto_the_floor_like_mujoco():
     within 1 cm of MuJoCo until MuJoCo's first contact, then the same bodies (its four feet) in contact at every
     one of MuJoCo's steps."""
     start = [0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, -1.0, 0.0, -1.0, 0.0, 1.0]  # Gymnasium's init_qpos
-    _, touching, ours_touching, _, first, dt = _drop("ant", start)
+    _, touching, ours_touching, _, first, dt, _ = _drop(_model("ant", start, passive=False), keyframe="start")
     for k in range(first, len(touching)):
         assert ours_touching[k] == touching[k], (k * dt, sorted(ours_touching[k]), sorted(touching[k]))
     assert touching[-1] == {"body4", "body7", "body10", "body13"}  # the four lower legs
@@ -241,7 +248,8 @@ def test_the_hopper_falls_onto_the_floor_like_mujoco():
     MuJoCo's steps to 0.5 s; every body stays in the plane y = 0. MuJoCo's contacts here are soft (the file's
     solimp 0.8): its foot sinks up to 3.5 cm into the floor, and while it is deeper than LEG_CLEARANCE the end
     of the leg touches the floor too; jaxrbd's rigid foot does not sink, so its leg never touches."""
-    ours, touching, ours_touching, deepest, first, dt = _drop("hopper", [0.0, 1.55, 0.1, 0.0, 0.0, 0.0])
+    hopper = _model("hopper", [0.0, 1.55, 0.1, 0.0, 0.0, 0.0], passive=False)
+    ours, touching, ours_touching, deepest, first, dt, _ = _drop(hopper, keyframe="start")
     assert np.abs(ours[:, :, 1]).max() <= 1e-9  # every body stays in the plane y = 0
     for k in range(first, len(touching)):
         assert ours_touching[k] == {"foot"} and "foot" in touching[k], (k * dt, sorted(touching[k]))
@@ -265,6 +273,26 @@ def test_the_inverted_double_pendulum_falls_like_mujoco():
     assert float(np.abs(ours[-1] - ours[0]).max()) > 0.1  # it did fall
 
 
+@pytest.mark.slow
+def test_convex_meshes_fall_onto_the_floor_and_each_other_like_mujoco():
+    """MJX's convex.xml: a tetrahedron, a dodecahedron and a pyramid (STL meshes) and a box, released in a column
+    from 0.8 to 3.0 m, land on the floor and on each other within 0.5 s. Within 1 cm of MuJoCo until its first
+    contact; then the same bodies in contact at every one of MuJoCo's steps, except while a contact of MuJoCo's
+    is deeper than SOFT_REBOUND: its soft dodecahedron sinks 1.8 cm into the tetrahedron, so there its box lands
+    4 ms later and springs off for 26 ms, where jaxrbd's rigid box stays. All four are in contact at the end in
+    both, and no gap of jaxrbd's is ever negative. (Before `_edge_wins`, the pyramid, landing slightly tilted
+    face down on the box, got the single point of an edge pair, turned 9.8 mm into the box in a step and sprang
+    off it at 3.7 m/s.)"""
+    _, touching, ours_touching, deepest, first, dt, (scene, traj) = _drop(CONVEX)
+    differ = [k for k in range(first, len(touching)) if ours_touching[k] != touching[k]]
+    print(f"convex: different bodies in contact at {len(differ)} of MuJoCo's {len(touching) - first} steps")
+    for k in differ:
+        assert deepest[k] < -SOFT_REBOUND, (k * dt, sorted(ours_touching[k]), sorted(touching[k]), deepest[k])
+    assert ours_touching[-1] == touching[-1] == {"tetrahedron", "dodecahedron", "box", "pyramid"}
+    gaps = jax.jit(jax.vmap(scene.system.gap))(traj.q)
+    assert float(gaps.min()) >= 0.0
+
+
 @pytest.mark.long  # about 5 minutes: 11 bodies, 190 candidate pairs (16 slots per shape kind pair)
 def test_the_humanoid_falls_onto_the_floor_like_mujoco():
     """Gymnasium's humanoid (universal joints at its waist and shoulders, three hinges at each hip), lifted 0.2 m,
@@ -279,8 +307,11 @@ def test_the_humanoid_falls_onto_the_floor_like_mujoco():
         lo, hi = m.jnt_range[j]
         if not lo <= start[m.jnt_qposadr[j]] <= hi:
             start[m.jnt_qposadr[j]] = float(0.5 * (lo + hi))
-    _, touching, ours_touching, deepest, first, dt = _drop(
-        "humanoid", start, step=0.0015, broadphase=rbd.BroadPhase(slots=16, distance=0.005)
+    _, touching, ours_touching, deepest, first, dt, _ = _drop(
+        _model("humanoid", start, passive=False),
+        step=0.0015,
+        keyframe="start",
+        broadphase=rbd.BroadPhase(slots=16, distance=0.005),
     )
     shins = {"left_shin", "right_shin"}
     release = next(k for k in range(first, len(touching)) if not touching[k])

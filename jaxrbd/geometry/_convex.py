@@ -29,7 +29,8 @@ Narrow phase (each pair function has the signature of `_pairs`):
   two polytopes have their normals among these, so the least overlap is the
   exact penetration depth); a face of A preferred to a face of B and a face to
   an edge unless the other separates by more than `_BIAS` of the size (as for
-  box-box: parallel faces get the same reference face every step). A face axis:
+  box-box: parallel faces get the same reference face every step; an edge near
+  touching by a fraction more, `_boxes._edge_wins`). A face axis:
   the incident face (the most anti-parallel face of the other shape) clipped to
   the reference face: incident vertices inside the reference prism, reference
   vertices inside the incident face (at the incident face's height), and the
@@ -49,7 +50,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._boxes import _NONE, _TINY, _cross_axes, _norm, _segment_params, _sign, _spread, _with_exact
+from ._boxes import _NONE, _TINY, _cross_axes, _edge_wins, _norm, _segment_params, _sign, _spread, _with_exact
 
 _BIAS = 1e-9  # as in _boxes: the preference of a face of A, then of B, then of an edge, times the size
 _TIE = 1e-9  # depths within this times the size are tied in the choice of the first point
@@ -372,7 +373,7 @@ def _polytopes(A, B, dim):
     sep_e = jnp.where(ok, jnp.maximum(fwd, bwd), _NONE)
     ka, kb, ke = jnp.argmax(sep_a), jnp.argmax(sep_b), jnp.argmax(sep_e)
     on_b = sep_b[kb] > sep_a[ka] + _BIAS * size
-    on_edge = sep_e[ke] > jnp.where(on_b, sep_b[kb], sep_a[ka]) + _BIAS * size
+    on_edge = _edge_wins(sep_e[ke], jnp.where(on_b, sep_b[kb], sep_a[ka]), size)
     gap_a, n_a, x_a = _face_manifold(A, ka, B, size)
     gap_b, n_b, x_b = _face_manifold(B, kb, A, size)
     gap_f = jnp.where(on_b, gap_b, gap_a)
@@ -459,7 +460,7 @@ def capsule_mesh(a, b, dim):
     bwd = jnp.min(pa, 0) - jnp.max(pb, 0)
     sep_e = jnp.where(ok, jnp.maximum(fwd, bwd), _NONE)
     kf, ke = jnp.argmax(sep_f), jnp.argmax(sep_e)
-    on_edge = sep_e[ke] > sep_f[kf] + _BIAS * size
+    on_edge = _edge_wins(sep_e[ke] - r, sep_f[kf] - r, size)  # the surfaces' separations
     # A face axis: the segment clipped to face kf (its outward normal towards the capsule).
     n_r, d_r, poly = M["n"][kf], M["d"][kf], M["P"][kf]
     tol = _INSIDE * size
