@@ -12,7 +12,7 @@ pairs can touch) is static.
 import dataclasses
 import math
 import warnings
-from typing import Any
+from typing import Any, NamedTuple
 
 import equinox as eqx
 import jax
@@ -65,6 +65,23 @@ def _vector(name, value, size):
     x = as_float(value)
     check_value(name, x, shape=(size,))
     return x
+
+
+class _Joint(NamedTuple):
+    """A joint as added, read by `build`. measure: None, or the (mode, reference axis) of `add_hinges`."""
+
+    name: str
+    kind: str
+    a: str
+    b: str
+    anchor: Any
+    anchor_a: Any
+    anchor_b: Any
+    axis: Any
+    limits: Any
+    restitution: Any
+    rows: bool
+    measure: Any = None
 
 
 @dataclasses.dataclass
@@ -339,43 +356,6 @@ class SceneBuilder:
                 joints constrain, such as the two slides and the hinge of a
                 "planar" joint (MJCF bodies with several joints).
         """
-        return self._append_joint(
-            name,
-            kind,
-            a,
-            b,
-            anchor=anchor,
-            anchor_a=anchor_a,
-            anchor_b=anchor_b,
-            axis=axis,
-            range=range,
-            restitution=restitution,
-            rows=rows,
-        )
-
-    def _append_joint(
-        self,
-        name,
-        kind,
-        a,
-        b,
-        *,
-        anchor=None,
-        anchor_a=None,
-        anchor_b=None,
-        axis=None,
-        range=None,
-        restitution=0.0,
-        rows=True,
-        rows_kind=None,
-        measure=None,
-    ):
-        """`add_joint`'s checks and entry; `add_hinges` gives the two last.
-
-        rows_kind: the kind whose rows the joint adds, when not `kind`'s ("universal": a revolute joint's
-            checks, a universal joint's rows). measure: None, or (mode, reference axis) of a hinge in a
-            sequence (`_model.AXIS_ON_A`, `_model.MIDDLE`, or "" for the first).
-        """
         if not isinstance(name, str) or not name or name in [j[0] for j in self._joints]:
             raise ValueError(f"a joint needs a new non-empty string name, got {name!r}")
         if kind not in JOINT_KINDS:
@@ -415,9 +395,9 @@ class SceneBuilder:
             raise ValueError(f"joint {name!r}: rows=False applies to revolute and slide joints in 3D scenes only")
         limits = self._check_range(name, kind, range)
         check_value(f"restitution of joint {name!r}", restitution, shape=(), unit_interval=True)
-        kind = kind if rows_kind is None else rows_kind
-        entry = (name, kind, a, b, anchor, anchor_a, anchor_b, axis, limits, as_float(restitution), rows, measure)
-        self._joints.append(entry)
+        self._joints.append(
+            _Joint(name, kind, a, b, anchor, anchor_a, anchor_b, axis, limits, as_float(restitution), rows)
+        )
         if b != "world":
             self._excluded.add(frozenset((a, b)))
         return name
@@ -472,24 +452,16 @@ class SceneBuilder:
         rows_name = f"{a} ({', '.join(names)})"
         if len(names) == 3:
             self.add_joint(rows_name, "ball", a, b, anchor=anchor)
-        else:  # a revolute joint's checks, a universal joint's rows
-            self._append_joint(
-                rows_name, "revolute", a, b, anchor=anchor, axis=unit[0], rows_kind="universal", measure=("", unit[1])
-            )
+        else:
+            self.add_joint(rows_name, "revolute", a, b, anchor=anchor, axis=unit[0])
+            # a revolute joint's checks; the rows are a universal joint's
+            self._joints[-1] = self._joints[-1]._replace(kind="universal", measure=("", unit[1]))
         modes = [("", unit[-1])] + [(MIDDLE, unit[-1])] * (len(names) - 2) + [(AXIS_ON_A, unit[0])]
         for name, axis, rng, measure in zip(names, unit, ranges, modes):
-            self._append_joint(
-                name,
-                "revolute",
-                a,
-                b,
-                anchor=anchor,
-                axis=axis,
-                range=rng,
-                restitution=restitution,
-                rows=False,
-                measure=measure,
+            self.add_joint(
+                name, "revolute", a, b, anchor=anchor, axis=axis, range=rng, restitution=restitution, rows=False
             )
+            self._joints[-1] = self._joints[-1]._replace(measure=measure)
         return tuple(names)
 
     def _check_range(self, name, kind, range):
