@@ -349,7 +349,9 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
       parents); `range` of a limited hinge or slide becomes the joint's stops. A
       body with two orthogonal slides and then a hinge normal to them (a planar
       robot's root) gets a "planar" joint and three coordinate joints
-      (`add_joint(..., rows=False)`) with the MJCF joints' names, ranges and motors;
+      (`add_joint(..., rows=False)`) with the MJCF joints' names, ranges and motors,
+      and one with two orthogonal slides alone (a pusher's object, a reacher's
+      target) a "translation" joint and two coordinate joints;
       a body with two or three hinges about one anchor with orthogonal axes (a
       humanoid's hip, shoulder or waist) gets `add_hinges`: a universal or ball
       joint and a coordinate joint per hinge. jaxrbd's joint coordinate is qpos
@@ -378,7 +380,8 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
     raise NotImplementedError naming the element: cylinder, ellipsoid and
     height-field geoms that collide (ones that collide with nothing are left out and
     listed), equality constraints, explicit `<pair>` contacts, bodies with
-    several joints other than a planar root or orthogonal hinges about one anchor, limited ball joints, actuators other
+    several joints other than a planar root, two orthogonal slides or orthogonal hinges about one anchor, limited ball
+    joints, actuators other
     than motors on hinges and slides, and flexes. Mocap bodies are static.
 
     Args:
@@ -429,7 +432,7 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
     # Bodies: static (welded to the world), moving with exactly one joint, or welded to a moving body (one rigid
     # body with it, as MuJoCo's body_weldid says).
     static = {0}
-    moving, welded, several = [], [], {}  # several: body -> "hinges" or "planar" (`_several_joints`)
+    moving, welded, several = [], [], {}  # several: body -> "hinges", "planar" or "translation" (`_several_joints`)
     for i in range(1, m.nbody):
         n = m.body_jntnum[i]
         if n == 0:
@@ -579,9 +582,10 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
             )
             joint_of.update({j: joint_name(j) for j in ids})
             continue
-        if several.get(i) == "planar":  # two slides, then a hinge normal to them: one planar joint carries the rows
-            anchor, axis = np.array(data.xanchor[last]), np.array(data.xaxis[last])
-            b.add_joint(f"{body_name(i)} (planar)", "planar", body_name(i), other, anchor=anchor, axis=axis)
+        if several.get(i) in ("planar", "translation"):  # two slides (and a hinge normal to them): one joint's rows
+            anchor, kind = np.array(data.xanchor[last]), several[i]
+            axis = np.array(data.xaxis[last]) if kind == "planar" else np.cross(data.xaxis[first], data.xaxis[last])
+            b.add_joint(f"{body_name(i)} ({kind})", kind, body_name(i), other, anchor=anchor, axis=axis)
         for j in range(first, last + 1):
             jtype = int(m.jnt_type[j])
             if jtype == FREE:
@@ -660,9 +664,9 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
 
 def _several_joints(m, data, i, name, joints):
     """How body i's several joints map: "hinges" (two or three hinges about one anchor with orthogonal axes, as
-    `SceneBuilder.add_hinges`) or "planar" (two orthogonal slides, then a hinge normal to both: the root of a planar
-    robot); otherwise NotImplementedError naming the body and its joints. `data` holds the kinematics at the initial
-    qpos."""
+    `SceneBuilder.add_hinges`), "planar" (two orthogonal slides, then a hinge normal to both: the root of a planar
+    robot) or "translation" (two orthogonal slides: a puck or a target moving in a plane without turning); otherwise
+    NotImplementedError naming the body and its joints. `data` holds the kinematics at the initial qpos."""
     ids = range(m.body_jntadr[i], m.body_jntadr[i] + m.body_jntnum[i])
     kinds = [int(m.jnt_type[j]) for j in ids]
     axes = [np.array(data.xaxis[j]) for j in ids]
@@ -672,10 +676,12 @@ def _several_joints(m, data, i, name, joints):
         return "hinges"
     if orthogonal and kinds == [SLIDE, SLIDE, HINGE]:
         return "planar"
+    if orthogonal and kinds == [SLIDE, SLIDE]:
+        return "translation"
     raise NotImplementedError(
         f"load_mjcf: body {name!r} has {len(kinds)} joints {joints}; jaxrbd maps several joints on one body only as "
-        "two or three hinges about one anchor with orthogonal axes, or as two orthogonal slides followed by a hinge "
-        "normal to them (a planar joint)"
+        "two or three hinges about one anchor with orthogonal axes, or as two orthogonal slides, alone (a translation "
+        "joint) or followed by a hinge normal to them (a planar joint)"
     )
 
 

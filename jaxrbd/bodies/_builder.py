@@ -339,13 +339,15 @@ class SceneBuilder:
                 "revolute" (a hinge: in 3D also the axis is shared, 5 rows; in planar
                 scenes the same as "ball"), "slide" (prismatic, 3D only: the axis
                 is shared, the relative rotation locked, translation free along the
-                axis; 5 rows) or "planar" (3D only: a's anchor moves in b's plane
+                axis; 5 rows), "planar" (3D only: a's anchor moves in b's plane
                 through the anchor normal to the axis, and a turns about the axis
-                only; 3 rows; no range).
+                only; 3 rows; no range) or "translation" (3D only: as "planar",
+                without turning: two slides and no hinge; 4 rows; no range).
             a, b: body names; b None or "world" for the world.
             anchor: (dim,) world point; or anchor_a and anchor_b, (dim,) each.
             axis: (3,) the hinge or slide axis in the world frame at the initial
-                configuration (revolute joints in 3D, slide joints).
+                configuration (revolute joints in 3D, slide joints), or the plane's
+                normal (planar and translation joints).
             range: (lo, hi) the joint's limits, radians (revolute) or metres
                 (slide), lo < hi; -inf or inf for a one-sided range. None: no stops.
             restitution: in [0, 1], the restitution of the range's stops, used by the
@@ -354,7 +356,8 @@ class SceneBuilder:
                 rows, only its coordinate (its range's stops, motors,
                 `joint_coordinates`): a degree of freedom of a motion that other
                 joints constrain, such as the two slides and the hinge of a
-                "planar" joint (MJCF bodies with several joints).
+                "planar" joint, or the two slides of a "translation" joint (MJCF
+                bodies with several joints).
         """
         if not isinstance(name, str) or not name or name in [j[0] for j in self._joints]:
             raise ValueError(f"a joint needs a new non-empty string name, got {name!r}")
@@ -379,16 +382,18 @@ class SceneBuilder:
         else:
             anchor_a = _vector(f"anchor_a of joint {name!r}", anchor_a, d)
             anchor_b = _vector(f"anchor_b of joint {name!r}", anchor_b, d)
-        if kind in ("slide", "planar") and d == 2:
+        if kind in ("slide", "planar", "translation") and d == 2:
             raise ValueError(f"joint {name!r}: {kind} joints are supported in 3D scenes only")
-        if kind in ("revolute", "slide", "planar") and d == 3:
+        if kind in ("revolute", "slide", "planar", "translation") and d == 3:
             if axis is None:
                 raise ValueError(f"joint {name!r}: a {kind} joint in 3D needs its axis")
             axis = _vector(f"axis of joint {name!r}", axis, 3)
             if not is_traced(axis) and not np.linalg.norm(np.asarray(axis)) > 1e-12:
                 raise ValueError(f"joint {name!r}: axis must be a nonzero vector, got {axis}")
         elif axis is not None:
-            raise ValueError(f"joint {name!r}: axis applies only to revolute, slide and planar joints in 3D scenes")
+            raise ValueError(
+                f"joint {name!r}: axis applies only to revolute, slide, planar and translation joints in 3D scenes"
+            )
         if not isinstance(rows, bool):
             raise TypeError(f"joint {name!r}: rows must be True or False, got {rows!r}")
         if not rows and (kind not in ("revolute", "slide") or d != 3):

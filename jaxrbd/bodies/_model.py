@@ -95,7 +95,13 @@ class MotorParams(eqx.Module):
     direction: jax.Array
 
 
-JOINT_KINDS = ("ball", "revolute", "slide", "planar")  # "universal" joints come from `SceneBuilder.add_hinges`
+JOINT_KINDS = (
+    "ball",
+    "revolute",
+    "slide",
+    "planar",
+    "translation",
+)  # "universal" joints come from `SceneBuilder.add_hinges`
 COORDINATE = " coordinate"  # in a layout joint kind: it measures a coordinate and adds no rows
 # How a hinge coordinate of `SceneBuilder.add_hinges` is measured, after COORDINATE in its kind: its axis fixed in a
 # (the last hinge of a sequence), or the middle hinge of three (its axis fixed in neither body).
@@ -617,7 +623,8 @@ class BodyModel:
         the anchor gap across the axis, (x_a - x_b) . (R_b u_b) = 0 and
         (x_a - x_b) . (R_b w_b) = 0, the two hinge rows, and the locked spin
         (R_a u_a) . (R_b w_b) = 0. Planar (3D): the anchor gap along the normal,
-        (x_a - x_b) . (R_b axis_b) = 0, and the two hinge rows. Universal: the
+        (x_a - x_b) . (R_b axis_b) = 0, and the two hinge rows. Translation (3D):
+        the planar rows and the locked spin. Universal: the
         anchor gap and (R_a perp_a[0]) . (R_b axis_b) = 0 (the second hinge axis,
         fixed in a, stays normal to the first, fixed in b). Coordinate joints add
         none.
@@ -630,15 +637,15 @@ class BodyModel:
                 continue
             x_a = p[a] + R[a] @ jp.anchor_a[j]
             x_b = p[b] + R[b] @ jp.anchor_b[j]
-            if kind == "planar":
+            if kind in ("planar", "translation"):
                 rows.append(((x_a - x_b) @ (R[b] @ jp.axis_b[j]))[None])
             elif kind == "slide":
                 rows.append((R[b] @ jp.perp_b[j].T).T @ (x_a - x_b))
             else:
                 rows.append((x_a - x_b)[: self.dim])
-            if kind in ("revolute", "slide", "planar") and self.dim == 3:
+            if kind in ("revolute", "slide", "planar", "translation") and self.dim == 3:
                 rows.append((R[a] @ jp.perp_a[j].T).T @ (R[b] @ jp.axis_b[j]))
-            if kind == "slide":
+            if kind in ("slide", "translation"):
                 rows.append(((R[a] @ jp.perp_a[j, 0]) @ (R[b] @ jp.perp_b[j, 1]))[None])
             if kind == "universal":
                 rows.append(((R[a] @ jp.perp_a[j, 0]) @ (R[b] @ jp.axis_b[j]))[None])
@@ -653,7 +660,7 @@ class BodyModel:
                 if is_coordinate(kind)
                 else 2
                 if self.dim == 2
-                else {"ball": 3, "planar": 3, "universal": 4}.get(kind, 5)
+                else {"ball": 3, "planar": 3, "universal": 4, "translation": 4}.get(kind, 5)
             )
             out.append((name, start, n))
             start += n
