@@ -95,13 +95,8 @@ class MotorParams(eqx.Module):
     direction: jax.Array
 
 
-JOINT_KINDS = (
-    "ball",
-    "revolute",
-    "slide",
-    "planar",
-    "translation",
-)  # "universal" joints come from `SceneBuilder.add_hinges`
+# The kinds `SceneBuilder.add_joint` takes; "universal" joints come from `SceneBuilder.add_hinges`.
+JOINT_KINDS = ("ball", "revolute", "slide", "planar", "translation")
 COORDINATE = " coordinate"  # in a layout joint kind: it measures a coordinate and adds no rows
 # How a hinge coordinate of `SceneBuilder.add_hinges` is measured, after COORDINATE in its kind: its axis fixed in a
 # (the last hinge of a sequence), or the middle hinge of three (its axis fixed in neither body).
