@@ -381,8 +381,7 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
     height-field geoms that collide (ones that collide with nothing are left out and
     listed), equality constraints, explicit `<pair>` contacts, bodies with
     several joints other than a planar root, two orthogonal slides or orthogonal hinges about one anchor, limited ball
-    joints, actuators other
-    than motors on hinges and slides, and flexes. Mocap bodies are static.
+    joints, actuators other than motors on hinges and slides, and flexes. Mocap bodies are static.
 
     Args:
         source: a path to an .xml file, or the XML itself as a string.
