@@ -26,6 +26,7 @@ from ..dynamics import project_to_joints
 from ..geometry import BroadPhase, PairGroup
 from ..model import Scene, State
 from ._model import (
+    AXIS_KINDS,
     AXIS_ON_A,
     COORDINATE,
     JOINT_KINDS,
@@ -382,9 +383,9 @@ class SceneBuilder:
         else:
             anchor_a = _vector(f"anchor_a of joint {name!r}", anchor_a, d)
             anchor_b = _vector(f"anchor_b of joint {name!r}", anchor_b, d)
-        if kind in ("slide", "planar", "translation") and d == 2:
+        if kind in AXIS_KINDS[1:] and d == 2:  # all but the hinge
             raise ValueError(f"joint {name!r}: {kind} joints are supported in 3D scenes only")
-        if kind in ("revolute", "slide", "planar", "translation") and d == 3:
+        if kind in AXIS_KINDS and d == 3:
             if axis is None:
                 raise ValueError(f"joint {name!r}: a {kind} joint in 3D needs its axis")
             axis = _vector(f"axis of joint {name!r}", axis, 3)

@@ -97,6 +97,7 @@ class MotorParams(eqx.Module):
 
 # The kinds `SceneBuilder.add_joint` takes; "universal" joints come from `SceneBuilder.add_hinges`.
 JOINT_KINDS = ("ball", "revolute", "slide", "planar", "translation")
+AXIS_KINDS = JOINT_KINDS[1:]  # the kinds with an axis in 3D, whose two hinge rows keep it shared
 COORDINATE = " coordinate"  # in a layout joint kind: it measures a coordinate and adds no rows
 # How a hinge coordinate of `SceneBuilder.add_hinges` is measured, after COORDINATE in its kind: its axis fixed in a
 # (the last hinge of a sequence), or the middle hinge of three (its axis fixed in neither body).
@@ -638,7 +639,7 @@ class BodyModel:
                 rows.append((R[b] @ jp.perp_b[j].T).T @ (x_a - x_b))
             else:
                 rows.append((x_a - x_b)[: self.dim])
-            if kind in ("revolute", "slide", "planar", "translation") and self.dim == 3:
+            if kind in AXIS_KINDS and self.dim == 3:
                 rows.append((R[a] @ jp.perp_a[j].T).T @ (R[b] @ jp.axis_b[j]))
             if kind in ("slide", "translation"):
                 rows.append(((R[a] @ jp.perp_a[j, 0]) @ (R[b] @ jp.perp_b[j, 1]))[None])
