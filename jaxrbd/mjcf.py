@@ -372,9 +372,12 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
       velocity) or `keyframe` (a name or index: its qpos and qvel).
     - `<motor>` actuators on hinge and slide joints, gear times gain: the controls u
       of `simulate(controls=...)`, in the actuators' order (`scene.motors`).
+    - hinge and slide `stiffness`, `springref` and `damping`: the joint's spring and
+      damper (`SceneBuilder.add_spring_damper`; the damper implicit, as in MuJoCo's
+      Euler integrator).
 
     Soft-contact and passive parameters that jaxrbd's rigid contact does not have
-    (solref, solimp, margin, joint damping, stiffness, armature, frictionloss,
+    (solref, solimp, margin, joint armature and frictionloss, damping and stiffness of free and ball joints,
     ctrlrange), and tendons, sites, sensors, condim above 3 and fluid forces, are
     listed in one warning. Elements whose absence would silently change the motion
     raise NotImplementedError naming the element: cylinder, ellipsoid and
@@ -465,15 +468,18 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
         "the hollows of non-convex mesh geoms (collided as their convex hull, as MuJoCo does)",
         [geom_name(g) for g in live if m.geom_type[g] == 7 and _inner_vertices(_mesh_vertices(m, g))],
     )
+
+    def dofs(j):
+        return slice(m.jnt_dofadr[j], m.jnt_dofadr[j] + {FREE: 6, BALL: 3}.get(int(m.jnt_type[j]), 1))
+
     passive = [
         joint_name(j)
         for j in range(m.njnt)
-        if m.jnt_stiffness[j]
-        or np.any(m.dof_damping[m.jnt_dofadr[j]] != 0)
-        or np.any(m.dof_armature[m.jnt_dofadr[j]] != 0)
-        or np.any(m.dof_frictionloss[m.jnt_dofadr[j]] != 0)
+        if np.any(m.dof_armature[dofs(j)] != 0)
+        or np.any(m.dof_frictionloss[dofs(j)] != 0)
+        or (m.jnt_type[j] in (FREE, BALL) and (m.jnt_stiffness[j] or np.any(m.dof_damping[dofs(j)] != 0)))
     ]
-    ignore("damping/stiffness/armature/frictionloss of joints", passive)
+    ignore("armature/frictionloss of joints, damping/stiffness of free and ball joints", passive)
     if m.opt.density or m.opt.viscosity or np.any(m.opt.wind):
         ignored.append("fluid forces (density, viscosity, wind)")
 
@@ -635,6 +641,11 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
                 f"{sorted(key)}: their geom pairs have different friction {sorted(mus)}; jaxrbd's mu is per body pair"
             )
         b.set_pair(*sorted(key), mu=mus.pop())
+    for j, joint in joint_of.items():  # hinge and slide stiffness, springref and damping
+        stiffness, damping = float(m.jnt_stiffness[j]), float(m.dof_damping[m.jnt_dofadr[j]])
+        if m.jnt_type[j] in (HINGE, SLIDE) and (stiffness or damping):
+            a = m.jnt_qposadr[j]
+            b.add_spring_damper(joint, stiffness=stiffness, damping=damping, rest=float(m.qpos_spring[a] - qpos[a]))
     motors = []
     for u in range(m.nu):
         name = _name(m, mujoco, obj.mjOBJ_ACTUATOR, u, "actuator")

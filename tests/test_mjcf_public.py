@@ -4,8 +4,10 @@ loaded and stepped beside MuJoCo's C engine.
 The files in tests/data/gymnasium are Gymnasium 1.4.0's (MIT licence, in that folder), unchanged; those in
 tests/data/mujoco are MJX's `convex.xml` and its three STL meshes, from the mujoco 4.0.0 wheel's
 `mujoco/mjx/test_data` (Apache 2.0 licence, in that folder), unchanged. A test may
-add a keyframe (the drop height) or, where it says so, zero the joints' damping, stiffness and armature: jaxrbd ignores
-those (its warning names them), and the comparison is about what it does model. MuJoCo integrates these
+add a keyframe (the drop height) or, where it says so, zero the joints' damping, stiffness and armature: jaxrbd
+ignores armature (its warning names it), and these files give armature to every joint with damping, so the
+comparison is about what jaxrbd does model (hinge damping and stiffness are its joints' springs and dampers: the
+double pendulum keeps its damping). MuJoCo integrates these
 files with RK4 at 0.01 s; jaxrbd steps at STEP, so its first-order error in free fall, g STEP t / 2, stays
 below the issue's 1 cm.
 """
@@ -35,7 +37,7 @@ LEG_CLEARANCE = 0.02  # metres: the hopper's leg capsule (radius 0.04) ends on t
 
 def _model(name, keyframe=None, passive=True):
     """The XML of a Gymnasium model, with a keyframe "start" (qpos) added and, unless passive, the joints'
-    damping and armature set to 0."""
+    damping, stiffness and armature set to 0."""
     xml = (DATA / f"{name}.xml").read_text()
     if not passive:
         xml = re.sub(r'(armature|damping|stiffness)="[^"]*"', r'\1="0"', xml)
@@ -112,6 +114,14 @@ def test_public_models_load_and_name_what_they_ignore_or_refuse():
     assert kinds["right_thigh (right_hip_x, right_hip_z, right_hip_y)"] == "ball"
     assert kinds["right_hip_z"] == "revolute coordinate (middle)" and kinds["right_knee"] == "revolute"
     assert len(humanoid.motors) == 17 and "tendons ['left_hipknee', 'right_hipknee']" in said
+    # Hinge stiffness and damping (the knee's from the file's default class) are its joints' springs and dampers;
+    # armature is ignored and named.
+    names = [name for name, _, _, _ in humanoid.bodies.joints]
+    jp = humanoid.system.params.joints
+    for joint, stiffness, damping in (("abdomen_z", 20.0, 5.0), ("right_hip_y", 20.0, 5.0), ("left_knee", 1.0, 1.0)):
+        k = names.index(joint)
+        assert (float(jp.stiffness[k]), float(jp.damping[k]), float(jp.rest[k])) == (stiffness, damping, 0.0)
+    assert "armature/frictionloss of joints" in said and "'abdomen_z'" in said
     # Two hinges that are not orthogonal: refused, naming the body.
     skew = """<mujoco><worldbody><body name="arm"><joint name="j1" type="hinge" axis="1 0 0"/>
         <joint name="j2" type="hinge" axis="1 1 0"/><geom type="sphere" size="0.1"/></body></worldbody></mujoco>"""
@@ -218,7 +228,9 @@ def _drop(source, step=STEP, **load):
     first = next(k for k, bodies in enumerate(touching) if bodies)
     error = np.abs(ours - theirs).max(axis=(1, 2))
     label = source.name if isinstance(source, pathlib.Path) else re.search(r'<mujoco model="([^"]+)"', source)[1]
-    print(f"\n{label}: MuJoCo's first contact at t = {first * dt:.3f} s; largest distance before it {error[:first].max():.2e} m")
+    print(
+        f"\n{label}: MuJoCo's first contact at t = {first * dt:.3f} s; largest distance before it {error[:first].max():.2e} m"
+    )
     assert 0 < first and error[:first].max() <= POSITION_TOL
     pairs, statics = scene.bodies.pair_names, set(scene.bodies.statics)
     impulses = np.asarray(traj.impulses.normal)[:, : len(pairs)]
@@ -259,17 +271,23 @@ def test_the_hopper_falls_onto_the_floor_like_mujoco():
 
 @pytest.mark.slow
 def test_the_inverted_double_pendulum_falls_like_mujoco():
-    """Gymnasium's cart with a double pendulum, released 0.1 rad from upright, damping set to 0: within 1 cm of
-    MuJoCo over 0.5 s."""
-    xml = _model("inverted_double_pendulum", keyframe=[0.0, 0.1, 0.0], passive=False)
+    """Gymnasium's cart with a double pendulum, released 0.1 rad from upright, with the file's joint damping
+    (0.05, its joints' dampers): within 1 cm of MuJoCo over 0.5 s, and closer to MuJoCo than MuJoCo without
+    the damping is, by a factor of 5."""
+    xml = _model("inverted_double_pendulum", keyframe=[0.0, 0.1, 0.0])
     scene, _ = _load(xml, keyframe="start")
+    assert np.asarray(scene.system.params.joints.damping).tolist() == [0.05, 0.05, 0.05]
     traj = rbd.simulate(*scene, dt=STEP, steps=round(DURATION / STEP))
     assert bool(traj.stats.converged.all()) and float(traj.stats.residual.max()) <= RESIDUAL_TOL
     dt, theirs, *_ = _mujoco_run(xml, scene)
+    undamped = _mujoco_run(_model("inverted_double_pendulum", keyframe=[0.0, 0.1, 0.0], passive=False), scene)[1]
     ours = np.asarray(traj.q[:: round(dt / STEP)]).reshape(len(theirs), -1, 7)[:, :, :3]
-    error = float(np.abs(ours - theirs).max())
-    print(f"\ninverted double pendulum: largest distance from MuJoCo over {DURATION} s {error:.2e} m")
-    assert error <= POSITION_TOL
+    error, damping = float(np.abs(ours - theirs).max()), float(np.abs(undamped - theirs).max())
+    print(
+        f"\ninverted double pendulum: largest distance from MuJoCo over {DURATION} s {error:.2e} m (MuJoCo without "
+        f"damping: {damping:.2e} m)"
+    )
+    assert error <= POSITION_TOL and error <= 0.2 * damping
     assert float(np.abs(ours[-1] - ours[0]).max()) > 0.1  # it did fall
 
 

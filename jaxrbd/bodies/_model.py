@@ -68,6 +68,10 @@ class JointParams(eqx.Module):
             3D hinge angle is measured.
         offset: (nj,) theta_a - theta_b at the initial configuration (planar hinges).
         restitution: (nj,) the restitution of the range's stops (impact laws).
+        stiffness, damping, rest: (nj,) the joint's spring and damper
+            (`SceneBuilder.add_spring_damper`): the generalized force
+            -stiffness (coordinate - rest) - damping rate along its rate row; 0
+            without one.
     """
 
     anchor_a: jax.Array
@@ -80,6 +84,9 @@ class JointParams(eqx.Module):
     centre: Any = None
     offset: Any = None
     restitution: Any = None
+    stiffness: Any = None
+    damping: Any = None
+    rest: Any = None
 
 
 class MotorParams(eqx.Module):
@@ -142,6 +149,9 @@ class BodyModel:
             (gap = upper - coordinate); they follow the contacts in the record.
         motors: ((name, kind, index), ...) kind "joint" (index: the joint),
             "force" or "torque" (index: the body); the order of the controls u.
+        spring_dampers: whether some joint has a spring and damper
+            (`SceneBuilder.add_spring_damper`, even with zero stiffness and damping:
+            their leaves can then be fitted).
     """
 
     dim: int
@@ -155,6 +165,7 @@ class BodyModel:
     overflow_distance: float = 0.0
     limits: tuple = ()
     motors: tuple = ()
+    spring_dampers: bool = False
 
     @property
     def nbodies(self):
@@ -608,7 +619,20 @@ class BodyModel:
             F = jnp.stack([params.force[:, 0], params.force[:, 1], params.torque[:, 2]], -1).reshape(-1)
         if self.motors and params.control is not None:
             F = F + self.motor_force(q, params, params.control)
+        if self.spring_dampers:
+            jp = params.joints
+            value, rows = self.joint_coordinates(q, params)
+            F = F - rows.T @ (jp.stiffness * (value - jp.rest))
         return F
+
+    def damping_matrix(self, q, params):
+        """(nv, nv) B = R^T diag(damping) R, R the joints' rate rows: the dampers' force is -B v.
+
+        The step treats it implicitly (`jaxrbd.dynamics.free_motion`), as MuJoCo's
+        Euler integrator does, so a stiff damper on a light body stays stable.
+        """
+        _, rows = self.joint_coordinates(q, params)
+        return rows.T @ (params.joints.damping[:, None] * rows)
 
     def constraints(self, q, params):
         """(ng,) the joint constraints g(q).
@@ -699,6 +723,7 @@ class BodyModel:
             directions=directions if spatial else 2,
             coriolis_force=method("coriolis_force"),
             free_flight=method("free_flight", spatial),
+            damping=method("damping_matrix", self.spring_dampers),
             normalize=method("normalize", spatial),
             contact_active=method("active", self.margin != math.inf),
             collide=method("collide"),
