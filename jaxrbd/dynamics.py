@@ -45,27 +45,28 @@ class FreeMotion(eqx.Module):
 def free_motion(system, t, q, v, h, *, M=None):
     """The dense `FreeMotion` of the step from (t, q, v).
 
-    With `system.damping` (B) the damping force is taken at the end of the step,
-    as in MuJoCo's Euler integrator: the step's mass matrix is M + h B, and
-    (M + h B) v_free = M v_free' for the free velocity v_free' without damping
-    (= M v + h F), so M (v+ - v_free') = impulses - h B v+.
+    With `system.passive` (A, B) the damping force -B v is taken at the end of
+    the step, as in MuJoCo's Euler integrator: the step's mass matrix is M + h B,
+    and (M + h B) v_free = M v + h F, so M (v+ - v) = h F + impulses - h B v+.
+    With a `free_flight`, which moves the bodies with M - A (their own inertia,
+    without the joints' armature), (M + h B) v_free = (M - A) v_flight + A v.
 
-    M: the mass matrix at q when already formed (systems without `free_flight`),
-    without the damping term.
+    M: the mass matrix at q when already formed (systems without `free_flight`).
     """
     if system.free_flight is None:
         M = system.M(q) if M is None else M
         F = system.generalized_force(t, q, v)
-        if system.damping is None:
+        if system.passive is None:
             return FreeMotion(M, v + h * jnp.linalg.solve(M, F), q, None, jnp.array(True))
-        M_step = M + h * system.damping(q, system.params)
+        M_step = M + h * system.passive(q, system.params)[1]
         return FreeMotion(M_step, jnp.linalg.solve(M_step, M @ v + h * F), q, None, jnp.array(True))
     v_free, q0, shift, solved = _free_flight(system, t, q, v, h)
     M = system.M(q0)
-    if system.damping is None:
+    if system.passive is None:
         return FreeMotion(M, v_free, q0, shift, solved)
-    M_step = M + h * system.damping(q0, system.params)
-    return FreeMotion(M_step, jnp.linalg.solve(M_step, M @ v_free), q0, shift, solved)
+    A, B = system.passive(q0, system.params)
+    M_step = M + h * B
+    return FreeMotion(M_step, jnp.linalg.solve(M_step, M @ v_free - A @ (v_free - v)), q0, shift, solved)
 
 
 def _free_flight(system, t, q, v, h):

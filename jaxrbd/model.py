@@ -66,9 +66,11 @@ class System(eqx.Module):
             is the displacement from q to q0 in velocity coordinates; solved () says
             whether the implicit equations were solved. None: the
             Coriolis force is explicit, v_free = v + h M(q)^-1 F, q0 = q.
-        damping: ``(q, params) -> (nv, nv)`` a symmetric positive semidefinite B(q)
-            whose force -B v every step takes at v+ (implicitly: the step's mass
-            matrix is M + h B; rigid bodies: the joints' dampers). None: no damping.
+        passive: ``(q, params) -> (A, B)``, (nv, nv) symmetric positive semidefinite
+            each (rigid bodies: the joints' armature and dampers,
+            `BodyModel.joint_passive`). A is the part of M that `free_flight` leaves
+            out; B a damping whose force -B v every step takes at v+ (implicitly:
+            the step's mass matrix is M + h B). None: neither.
         normalize: ``q -> q`` applied after every step (rigid bodies: unit
             quaternions, 000 §5); None leaves q as the step makes it.
         contact_active: ``(q, params) -> (nc,) bool`` candidate contacts to keep in
@@ -105,7 +107,7 @@ class System(eqx.Module):
     directions: int = eqx.field(static=True, default=2)
     coriolis_force: Callable | None = eqx.field(static=True, default=None)
     free_flight: Callable | None = eqx.field(static=True, default=None)
-    damping: Callable | None = eqx.field(static=True, default=None)
+    passive: Callable | None = eqx.field(static=True, default=None)
     normalize: Callable | None = eqx.field(static=True, default=None)
     contact_active: Callable | None = eqx.field(static=True, default=None)
     restitution: jax.Array | None = None

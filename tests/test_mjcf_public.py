@@ -91,7 +91,7 @@ def test_public_models_load_and_name_what_they_ignore_or_refuse():
     ant, said = _load(_model("ant"))
     # The legs hang on bodies with no joint welded to the torso: one rigid body with it.
     assert ant.bodies.names[0] == "torso" and len(ant.bodies.names) == 9 and len(ant.bodies.joints) == 8
-    assert "armature" in said and "margin/gap" in said
+    assert "margin/gap" in said and np.asarray(ant.system.params.joints.armature).tolist() == [1.0] * 8
     pendulum, _ = _load(_model("inverted_double_pendulum"))
     assert len(pendulum.bodies.joints) == 3 and pendulum.bodies.pair_names == ()  # its geoms collide with nothing
     # The hopper's torso has slides x and z and a hinge about y: one planar joint and three coordinate joints.
@@ -114,14 +114,17 @@ def test_public_models_load_and_name_what_they_ignore_or_refuse():
     assert kinds["right_thigh (right_hip_x, right_hip_z, right_hip_y)"] == "ball"
     assert kinds["right_hip_z"] == "revolute coordinate (middle)" and kinds["right_knee"] == "revolute"
     assert len(humanoid.motors) == 17 and "tendons ['left_hipknee', 'right_hipknee']" in said
-    # Hinge stiffness and damping (the knee's from the file's default class) are its joints' springs and dampers;
-    # armature is ignored and named.
+    # Hinge stiffness, damping (the knee's from the file's default class) and armature are its joints' dynamics.
     names = [name for name, _, _, _ in humanoid.bodies.joints]
     jp = humanoid.system.params.joints
-    for joint, stiffness, damping in (("abdomen_z", 20.0, 5.0), ("right_hip_y", 20.0, 5.0), ("left_knee", 1.0, 1.0)):
+    for joint, *values in (
+        ("abdomen_z", 20.0, 5.0, 0.02),
+        ("right_hip_y", 20.0, 5.0, 0.008),
+        ("left_knee", 1, 1, 0.006),
+    ):
         k = names.index(joint)
-        assert (float(jp.stiffness[k]), float(jp.damping[k]), float(jp.rest[k])) == (stiffness, damping, 0.0)
-    assert "armature/frictionloss of joints" in said and "'abdomen_z'" in said
+        assert [float(x[k]) for x in (jp.stiffness, jp.damping, jp.armature, jp.rest)] == [*values, 0.0]
+    assert "frictionloss" not in said and "armature" not in said
     # Two hinges that are not orthogonal: refused, naming the body.
     skew = """<mujoco><worldbody><body name="arm"><joint name="j1" type="hinge" axis="1 0 0"/>
         <joint name="j2" type="hinge" axis="1 1 0"/><geom type="sphere" size="0.1"/></body></worldbody></mujoco>"""

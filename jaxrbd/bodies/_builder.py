@@ -164,7 +164,7 @@ class SceneBuilder:
         self._bodies, self._statics = [], []
         self._pairs, self._excluded, self._included = {}, set(), set()
         self._joints, self._motors = [], []
-        self._springs = {}  # joint name -> (stiffness, damping, rest)
+        self._dynamics = {}  # joint name -> (stiffness, damping, rest, armature)
 
     def _names(self):
         return [b.name for b in self._bodies] + [name for name, _ in self._statics]
@@ -556,16 +556,19 @@ class SceneBuilder:
         self._motors.append((name, kind, body, direction, as_float(gear)))
         return name
 
-    def add_spring_damper(self, joint, *, stiffness=0.0, damping=0.0, rest=0.0):
-        """Put a linear spring and damper on a revolute or slide joint's coordinate; returns the joint's name.
+    def set_joint_dynamics(self, joint, *, stiffness=0.0, damping=0.0, rest=0.0, armature=0.0):
+        """Give a revolute or slide joint's coordinate a linear spring, a damper and armature; returns its name.
 
         The generalized force -stiffness (coordinate - rest) - damping rate acts
         along the coordinate's rate row (`BodyModel.joint_coordinates`), as a joint
-        motor's does: about the hinge axis, or along the slide. The spring is an
-        applied force of the step; the damper is taken at the end of the step
-        (implicit, as in MuJoCo's Euler integrator: `jaxrbd.dynamics.free_motion`),
-        so a stiff damper stays stable. MJCF joints' `stiffness`, `springref` and
-        `damping` map here (`load_mjcf`). All three are leaves of
+        motor's does: about the hinge axis, or along the slide. Armature adds the
+        inertia of a rotor turning with the coordinate, kinetic energy
+        armature rate^2 / 2 (a motor's reflected inertia): M gains
+        R^T armature R. The spring and the armature's velocity term are applied
+        forces of the step; the damper is taken at the end of the step (implicit,
+        as in MuJoCo's Euler integrator: `jaxrbd.dynamics.free_motion`), so a stiff
+        damper stays stable. MJCF joints' `stiffness`, `springref`, `damping` and
+        `armature` map here (`load_mjcf`). All four are leaves of
         `system.params.joints`, so a fit can differentiate with respect to them.
 
         Args:
@@ -575,21 +578,22 @@ class SceneBuilder:
             damping: >= 0, N m s/rad or N s/m.
             rest: the coordinate where the spring is relaxed (rad or m; the
                 coordinate is 0 at the initial configuration).
+            armature: >= 0, kg m^2 (hinge) or kg (slide).
         """
         kinds = {j.name: j.kind for j in self._joints}
         if joint not in kinds:
-            raise ValueError(f"add_spring_damper: joint must name a joint, got {joint!r}; joints: {list(kinds)}")
+            raise ValueError(f"set_joint_dynamics: joint must name a joint, got {joint!r}; joints: {list(kinds)}")
         if kinds[joint] not in ("revolute", "slide"):
             raise ValueError(
-                f"add_spring_damper: joint {joint!r} is a {kinds[joint]!r} joint; springs and dampers act on "
-                "revolute and slide joints"
+                f"set_joint_dynamics: joint {joint!r} is a {kinds[joint]!r} joint; springs, dampers and armature "
+                "act on revolute and slide joints"
             )
-        if joint in self._springs:
-            raise ValueError(f"add_spring_damper: joint {joint!r} already has a spring and damper")
-        check_value(f"stiffness of joint {joint!r}", stiffness, shape=(), nonnegative=True)
-        check_value(f"damping of joint {joint!r}", damping, shape=(), nonnegative=True)
+        if joint in self._dynamics:
+            raise ValueError(f"set_joint_dynamics: joint {joint!r} was given its dynamics already")
+        for label, value in (("stiffness", stiffness), ("damping", damping), ("armature", armature)):
+            check_value(f"{label} of joint {joint!r}", value, shape=(), nonnegative=True)
         check_value(f"rest of joint {joint!r}", rest, shape=())
-        self._springs[joint] = (as_float(stiffness), as_float(damping), as_float(rest))
+        self._dynamics[joint] = tuple(as_float(x) for x in (stiffness, damping, rest, armature))
         return joint
 
     def _joint_params(self, q):
@@ -632,11 +636,11 @@ class SceneBuilder:
             theta = model.orientations(q)
             offset = (theta[ia] - (theta[ib] if ib < len(self._bodies) else 0.0)) if self.dim == 2 else 0.0
             layout.append((name, kind if rows else kind + COORDINATE + (measure[0] if measure else ""), ia, ib))
-            spring = self._springs.get(name, (0.0, 0.0, 0.0))
-            leaves.append((anchor_a, anchor_b, R[ib].T @ n, perp_a, perp_b, lo, hi, centre, offset, e, *spring))
+            dynamics = self._dynamics.get(name, (0.0, 0.0, 0.0, 0.0))
+            leaves.append((anchor_a, anchor_b, R[ib].T @ n, perp_a, perp_b, lo, hi, centre, offset, e, *dynamics))
             limits += [(j, side) for side, stop in zip((1, -1), stops) if stop]
         fields = ("anchor_a", "anchor_b", "axis_b", "perp_a", "perp_b", "lower", "upper", "centre", "offset")
-        fields += ("restitution", "stiffness", "damping", "rest")
+        fields += ("restitution", "stiffness", "damping", "rest", "armature")
         stacked = {f: jnp.stack([as_float(x[i]) for x in leaves]) for i, f in enumerate(fields)}
         return tuple(layout), JointParams(**stacked), tuple(limits)
 
@@ -727,7 +731,7 @@ class SceneBuilder:
             overflow_distance=0.0 if self.broadphase is None else float(self.broadphase.distance),
             limits=limits,
             motors=motor_layout,
-            spring_dampers=bool(self._springs),
+            joint_dynamics=bool(self._dynamics),
         )
         pair_cones += [None] * len(limits)  # the stops of the joint ranges follow the contacts
         if model.dynamic and any(c is not None for c in pair_cones):

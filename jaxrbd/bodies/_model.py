@@ -68,10 +68,10 @@ class JointParams(eqx.Module):
             3D hinge angle is measured.
         offset: (nj,) theta_a - theta_b at the initial configuration (planar hinges).
         restitution: (nj,) the restitution of the range's stops (impact laws).
-        stiffness, damping, rest: (nj,) the joint's spring and damper
-            (`SceneBuilder.add_spring_damper`): the generalized force
-            -stiffness (coordinate - rest) - damping rate along its rate row; 0
-            without one.
+        stiffness, damping, rest, armature: (nj,) the joint's spring, damper and
+            armature (`SceneBuilder.set_joint_dynamics`): the generalized force
+            -stiffness (coordinate - rest) - damping rate along its rate row, and
+            the inertia armature of its coordinate; 0 without them.
     """
 
     anchor_a: jax.Array
@@ -87,6 +87,7 @@ class JointParams(eqx.Module):
     stiffness: Any = None
     damping: Any = None
     rest: Any = None
+    armature: Any = None
 
 
 class MotorParams(eqx.Module):
@@ -149,9 +150,9 @@ class BodyModel:
             (gap = upper - coordinate); they follow the contacts in the record.
         motors: ((name, kind, index), ...) kind "joint" (index: the joint),
             "force" or "torque" (index: the body); the order of the controls u.
-        spring_dampers: whether some joint has a spring and damper
-            (`SceneBuilder.add_spring_damper`, even with zero stiffness and damping:
-            their leaves can then be fitted).
+        joint_dynamics: whether some joint has a spring, damper or armature
+            (`SceneBuilder.set_joint_dynamics`, even with zeros: their leaves can
+            then be fitted).
     """
 
     dim: int
@@ -165,7 +166,7 @@ class BodyModel:
     overflow_distance: float = 0.0
     limits: tuple = ()
     motors: tuple = ()
-    spring_dampers: bool = False
+    joint_dynamics: bool = False
 
     @property
     def nbodies(self):
@@ -517,6 +518,13 @@ class BodyModel:
         return R @ params.inertia @ jnp.swapaxes(R, -1, -2)
 
     def mass_matrix(self, q, params):
+        """M(q): the bodies' blocks, and with `joint_dynamics` the joints' armature R^T diag(armature) R."""
+        M = self._body_mass_matrix(q, params)
+        if self.joint_dynamics:
+            M = M + self.joint_passive(q, params)[0]
+        return M
+
+    def _body_mass_matrix(self, q, params):
         nb = self.nbodies
         if self.dim == 2:
             return jnp.diag(jnp.stack([params.mass, params.mass, params.inertia[:, 2, 2]], -1).reshape(-1))
@@ -619,20 +627,33 @@ class BodyModel:
             F = jnp.stack([params.force[:, 0], params.force[:, 1], params.torque[:, 2]], -1).reshape(-1)
         if self.motors and params.control is not None:
             F = F + self.motor_force(q, params, params.control)
-        if self.spring_dampers:
-            jp = params.joints
-            value, rows = self.joint_coordinates(q, params)
-            F = F - rows.T @ (jp.stiffness * (value - jp.rest))
+        if self.joint_dynamics:
+            F = F + self._joint_dynamics_force(q, v, params)
         return F
 
-    def damping_matrix(self, q, params):
-        """(nv, nv) B = R^T diag(damping) R, R the joints' rate rows: the dampers' force is -B v.
+    def _joint_dynamics_force(self, q, v, params):
+        """The springs' force and the armature's velocity term: -R^T (k (value - rest) + a Rdot v).
 
-        The step treats it implicitly (`jaxrbd.dynamics.free_motion`), as MuJoCo's
-        Euler integrator does, so a stiff damper on a light body stays stable.
+        The armature adds a rotor's kinetic energy a (R v)^2 / 2 per joint coordinate
+        (`mass_matrix`); as the rate row R turns with the bodies, its equation of
+        motion R^T a (R dv/dt + Rdot v) carries the term Rdot v, zero for a joint to
+        the world about a fixed axis.
+        """
+        jp = params.joints
+        qdot = self.velocity_map(q, v, params) if self.dim == 3 else v
+        (value, rows), (_, rows_dot) = jax.jvp(lambda q_: self.joint_coordinates(q_, params), (q,), (qdot,))
+        return -rows.T @ (jp.stiffness * (value - jp.rest) + jp.armature * (rows_dot @ v))
+
+    def joint_passive(self, q, params):
+        """(A, B), (nv, nv) each, R the joints' rate rows: A = R^T diag(armature) R, the armature's part of
+        `mass_matrix`; B = R^T diag(damping) R, the dampers' force being -B v.
+
+        The step treats the damper implicitly (`jaxrbd.dynamics.free_motion`), as
+        MuJoCo's Euler integrator does, so a stiff damper on a light body stays stable.
         """
         _, rows = self.joint_coordinates(q, params)
-        return rows.T @ (params.joints.damping[:, None] * rows)
+        jp = params.joints
+        return rows.T @ (jp.armature[:, None] * rows), rows.T @ (jp.damping[:, None] * rows)
 
     def constraints(self, q, params):
         """(ng,) the joint constraints g(q).
@@ -723,7 +744,7 @@ class BodyModel:
             directions=directions if spatial else 2,
             coriolis_force=method("coriolis_force"),
             free_flight=method("free_flight", spatial),
-            damping=method("damping_matrix", self.spring_dampers),
+            passive=method("joint_passive", self.joint_dynamics),
             normalize=method("normalize", spatial),
             contact_active=method("active", self.margin != math.inf),
             collide=method("collide"),

@@ -147,7 +147,7 @@ class DenseStep(StepSolver):
             )
             if impact.colliding is None:  # the impact changed v: the free motion starts from it
                 v = impact.v
-                M = motion.M if system.damping is None else None  # M + h B: M is formed again
+                M = motion.M if system.passive is None else None  # M + h B: M is formed again
                 motion = dynamics.free_motion(system, t, q, v, dt, M=M)
         active = step_active(system, contacts, q, v, dt, scheme.delta)
         options = dict(active=active, position_level=scheme.position_level, smoothing=grad_smoothing, impact=impact)
