@@ -4,10 +4,8 @@ loaded and stepped beside MuJoCo's C engine.
 The files in tests/data/gymnasium are Gymnasium 1.4.0's (MIT licence, in that folder), unchanged; those in
 tests/data/mujoco are MJX's `convex.xml` and its three STL meshes, from the mujoco 4.0.0 wheel's
 `mujoco/mjx/test_data` (Apache 2.0 licence, in that folder), unchanged. A test may
-add a keyframe (the drop height) or, where it says so, zero the joints' damping, stiffness and armature: jaxrbd
-ignores armature (its warning names it), and these files give armature to every joint with damping, so the
-comparison is about what jaxrbd does model (hinge damping and stiffness are its joints' springs and dampers: the
-double pendulum keeps its damping). MuJoCo integrates these
+add a keyframe (the drop height) or, where it says so, zero the joints' damping, stiffness and armature (hinge
+and slide damping, stiffness and armature are jaxrbd's joint dynamics, `set_joint_dynamics`). MuJoCo integrates these
 files with RK4 at 0.01 s; jaxrbd steps at STEP, so its first-order error in free fall, g STEP t / 2, stays
 below the issue's 1 cm.
 """
@@ -246,11 +244,11 @@ def _drop(source, step=STEP, **load):
 
 @pytest.mark.slow
 def test_the_ant_falls_onto_the_floor_like_mujoco():
-    """Gymnasium's ant, dropped from 1 m (its own start pose, lifted 0.45 m), joints without damping and armature:
-    within 1 cm of MuJoCo until MuJoCo's first contact, then the same bodies (its four feet) in contact at every
-    one of MuJoCo's steps."""
+    """Gymnasium's ant, dropped from 1 m (its own start pose, lifted 0.45 m), its hips and ankles with the file's
+    damping and armature (1 each): within 1 cm of MuJoCo until MuJoCo's first contact, then the same bodies (its
+    four feet) in contact at every one of MuJoCo's steps."""
     start = [0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, -1.0, 0.0, -1.0, 0.0, 1.0]  # Gymnasium's init_qpos
-    _, touching, ours_touching, _, first, dt, _ = _drop(_model("ant", start, passive=False), keyframe="start")
+    _, touching, ours_touching, _, first, dt, _ = _drop(_model("ant", start), keyframe="start")
     for k in range(first, len(touching)):
         assert ours_touching[k] == touching[k], (k * dt, sorted(ours_touching[k]), sorted(touching[k]))
     assert touching[-1] == {"body4", "body7", "body10", "body13"}  # the four lower legs
@@ -258,12 +256,12 @@ def test_the_ant_falls_onto_the_floor_like_mujoco():
 
 @pytest.mark.slow
 def test_the_hopper_falls_onto_the_floor_like_mujoco():
-    """Gymnasium's hopper (a planar root: slides x and z, hinge y), dropped 0.3 m and tilted 0.1 rad, damping and
-    armature set to 0: within 1 cm of MuJoCo until its first contact, then its foot on the floor at every one of
+    """Gymnasium's hopper (a planar root: slides x and z, hinge y), dropped 0.3 m and tilted 0.1 rad, its thigh,
+    leg and foot hinges with the file's damping and armature (1 each): within 1 cm of MuJoCo until its first contact, then its foot on the floor at every one of
     MuJoCo's steps to 0.5 s; every body stays in the plane y = 0. MuJoCo's contacts here are soft (the file's
     solimp 0.8): its foot sinks up to 3.5 cm into the floor, and while it is deeper than LEG_CLEARANCE the end
     of the leg touches the floor too; jaxrbd's rigid foot does not sink, so its leg never touches."""
-    hopper = _model("hopper", [0.0, 1.55, 0.1, 0.0, 0.0, 0.0], passive=False)
+    hopper = _model("hopper", [0.0, 1.55, 0.1, 0.0, 0.0, 0.0])
     ours, touching, ours_touching, deepest, first, dt, _ = _drop(hopper, keyframe="start")
     assert np.abs(ours[:, :, 1]).max() <= 1e-9  # every body stays in the plane y = 0
     for k in range(first, len(touching)):
