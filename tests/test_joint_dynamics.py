@@ -19,6 +19,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import Phase, given, settings
+from hypothesis import strategies as st
 
 import jaxrbd as rbd
 
@@ -39,9 +41,15 @@ def _oscillator():
     scene = b.build()
 
     @jax.jit
-    def run(stiffness, damping, armature):
-        jp = lambda s: (s.params.joints.stiffness, s.params.joints.damping, s.params.joints.armature)
-        system = eqx.tree_at(jp, scene.system, tuple(jnp.reshape(x, (1,)) for x in (stiffness, damping, armature)))
+    def run(stiffness, damping, armature, rest=REST):
+        jp = lambda s: (
+            s.params.joints.stiffness,
+            s.params.joints.damping,
+            s.params.joints.armature,
+            s.params.joints.rest,
+        )
+        values = tuple(jnp.reshape(x, (1,)) for x in (stiffness, damping, armature, rest))
+        system = eqx.tree_at(jp, scene.system, values)
         traj = rbd.simulate(system, scene.state, dt=H, steps=STEPS)
         angle = jax.vmap(lambda q: scene.bodies.joint_coordinates(q, system.params)[0][0])(traj.q)
         return angle, traj
@@ -49,10 +57,10 @@ def _oscillator():
     return scene, run
 
 
-def _discrete(stiffness, damping, armature):
+def _discrete(stiffness, damping, armature, rest=REST):
     theta, w, out, inertia = 0.0, W0, [0.0], INERTIA + armature
     for _ in range(STEPS):
-        w = (inertia * w - H * stiffness * (theta - REST)) / (inertia + H * damping)
+        w = (inertia * w - H * stiffness * (theta - rest)) / (inertia + H * damping)
         theta += 2 * np.arctan(H * w / 2)
         out.append(theta)
     return np.array(out)
@@ -74,6 +82,26 @@ def test_a_hinge_with_spring_damper_and_armature_follows_the_exact_discrete_and_
     assert np.abs(angle - x).max() <= wn * H * amplitude
     # it decays: by exp(-zeta wn 1.5 s) = 0.53 from the first quarter of the run to the last
     assert np.abs(angle[-STEPS // 4 :] - REST).max() < 0.6 * np.abs(angle[: STEPS // 4] - REST).max()
+
+
+@settings(max_examples=12, deadline=None, derandomize=True, phases=[Phase.explicit, Phase.generate])
+@given(
+    stiffness=st.floats(10.0, 1e3),
+    damping=st.floats(0.0, 1e3),
+    armature=st.floats(0.0, 0.1),
+    rest=st.floats(-1.0, 1.0),
+)
+def test_any_spring_damper_and_armature_keep_the_exact_discrete_oscillator(stiffness, damping, armature, rest):
+    """Property (hypothesis): for any stiffness, damping and armature (up to 12 times the sphere's inertia) and
+    any rest angle, every step converges, nothing is NaN and the angle follows the exact discrete recursion to
+    1e-9 rad. The ranges keep the swing inside the hinge angle's window (-pi, pi] (a 3D hinge must not turn past
+    it: `SceneBuilder.add_joint`), within 2 |rest| + W0 sqrt((I + armature) / stiffness) < 2.5 rad."""
+    _, run = _oscillator()
+    angle, traj = run(stiffness, damping, armature, rest)
+    assert bool(traj.stats.converged.all()) and bool(np.isfinite(np.asarray(traj.q)).all())
+    exact = _discrete(stiffness, damping, armature, rest)
+    assert np.abs(exact).max() < 2.5
+    np.testing.assert_allclose(np.asarray(angle), exact, rtol=0, atol=1e-9)
 
 
 @pytest.mark.slow  # the gradient compiles the rollout's adjoint
