@@ -202,3 +202,28 @@ def test_bad_options_are_named():
         rbd.ContactSweeps(sweeps=0)
     with pytest.raises(ValueError, match="iterations must be a positive integer"):
         rbd.ContactSweeps(iterations=1.5)
+    with pytest.raises(ValueError, match="dense_rows must be a positive integer"):
+        rbd.ContactSweeps(dense_rows=0)
+
+
+def test_dense_fallback_takes_problems_up_to_its_size_and_reports_the_rest_unsolved():
+    """A 50 kg ball on a 2.5 g ball on the ground (mass ratio 2e4): the sweeps stall on it.
+
+    The step problem has 3 contacts of 10 rows. With `dense_rows=30` the dense
+    fallback solves every step; with 29 it is never assembled, and the steps the
+    sweeps leave unsolved are reported so (`converged` False, the residual above
+    the tolerance), with finite states.
+    """
+    b = rbd.SceneBuilder(dim=3, mu=0.5)
+    b.add_static("ground", rbd.Plane())
+    b.add_body("light", rbd.Sphere(0.1), mass=2.5e-3, position=(0.0, 0.0, 0.1))
+    b.add_body("heavy", rbd.Sphere(0.1), mass=50.0, position=(0.01, 0.0, 0.3))
+    scene = b.build()
+    run = lambda rows: rbd.simulate(*scene, dt=0.01, steps=3, solver=rbd.ContactSweeps(max_sweeps=100, dense_rows=rows))
+    solved, capped = run(30), run(29)
+    assert bool(jnp.all(solved.stats.converged)) and float(solved.stats.residual.max()) <= TOL
+    assert not bool(jnp.all(capped.stats.converged))
+    residual = np.asarray(capped.stats.residual)
+    assert np.all(np.isfinite(residual)) and residual.max() > TOL
+    assert np.array_equal(np.asarray(capped.stats.converged), residual <= TOL)
+    assert bool(jnp.all(jnp.isfinite(capped.q))) and bool(jnp.all(jnp.isfinite(capped.v)))

@@ -69,6 +69,13 @@ AUTO_SIZE = 300
 AUTO_SIZE_COUPLED = 1000
 # Gauss-Seidel sweeps per step when contacts share bodies; one sweep is exact when they do not.
 COUPLED_SWEEPS = 100
+# The largest step problem (rows) that `ContactSweeps.dense_fallback` solves densely. Its cost
+# is that of the dense step at that size and more: each Newton iteration factors the whole
+# matrix (cubic), and Lemke may pivot up to 10 n times over an n x 2n tableau. Measured on
+# MuJoCo's `boxpile.xml` (29 boxes, 244 contacts, 2,440 rows): 10 steps took 198 s, most of it
+# the first step's dense fallback; `stonehenge.xml` at 7,460 rows used 10 GB and did not finish
+# compiling in 10 minutes. At 1,080 rows the dense step takes about 0.1 s (`AUTO_SIZE_COUPLED`).
+DENSE_FALLBACK_ROWS = 1200
 
 
 class ContactSweeps(StepSolver):
@@ -99,6 +106,10 @@ class ContactSweeps(StepSolver):
             more. It costs nothing in a step whose sweeps converged. Its gradient
             still comes from the adjoint sweeps (as many as the forward ran),
             accurate only as far as they converge.
+        dense_rows: the largest step problem (nc (k + 2) rows) that the dense
+            fallback takes (`DENSE_FALLBACK_ROWS`); a larger one is never assembled
+            densely, and a step its sweeps leave above `tol` is reported as not
+            converged (`StepStats.converged`, with its residual).
         tol: convergence tolerance of the step's natural residual (default by dtype).
     """
 
@@ -107,10 +118,11 @@ class ContactSweeps(StepSolver):
     iterations: int = eqx.field(static=True, default=6)
     fallback: bool = eqx.field(static=True, default=True)
     dense_fallback: bool = eqx.field(static=True, default=True)
+    dense_rows: int = eqx.field(static=True, default=DENSE_FALLBACK_ROWS)
     tol: float | None = eqx.field(static=True, default=None)
 
     def __check_init__(self):
-        for name in ("sweeps", "max_sweeps", "iterations"):
+        for name in ("sweeps", "max_sweeps", "iterations", "dense_rows"):
             value = getattr(self, name)
             if value is None and name == "sweeps":
                 continue
@@ -372,7 +384,7 @@ def _gauss_seidel(blocks, z, solver):
         )
 
     carry, n = jax.lax.while_loop(unsolved, lambda state: (rounds(state[0]), state[1] + 1), (carry, jnp.int32(1)))
-    if not solver.dense_fallback:
+    if not solver.dense_fallback or z.size > solver.dense_rows:
         return carry[1], carry[2], n
     z, fallback = carry[1], carry[2]
     return (*_dense_fallback(blocks, z, fallback, tol), n)
@@ -434,9 +446,12 @@ class SweepAdjoint(Adjoint):
 
     Attributes:
         sweeps: the static sweeps per round (`_sweep_count`); the rounds come from the forward result.
+        dense_rows: the largest problem whose unsolved transposed system is solved densely
+            (`ContactSweeps.dense_rows`); a larger one keeps the sweeps' solution.
     """
 
     sweeps: int = eqx.field(static=True)
+    dense_rows: int = eqx.field(static=True)
 
     def transposed_solve(self, problem, raw, z_bar):
         blocks, z = problem, raw.z
@@ -463,6 +478,8 @@ class SweepAdjoint(Adjoint):
 
         one_round = lambda _, u: jax.lax.scan(sweep, u, None, length=self.sweeps)[0]
         u = jax.lax.fori_loop(0, raw.rounds, one_round, jnp.zeros_like(z))
+        if z.size > self.dense_rows:
+            return db * u
         return db * _dense_adjoint_fallback(blocks, da, db, transposed, z_bar, u)
 
 
@@ -501,7 +518,7 @@ def solve_blocks(blocks, z0, solver):
     """Solve the sparse step problem from z0; returns (z, residual, converged, fallback, sweeps)."""
     run = lambda blocks, z0: SweepResult(*_gauss_seidel(blocks, z0, solver))
     sweeps = _sweep_count(blocks, solver)
-    adjoint = SweepAdjoint(sweeps)
+    adjoint = SweepAdjoint(sweeps, solver.dense_rows)
     raw = implicit_solve(run, blocks, jax.lax.stop_gradient(z0), adjoint=adjoint)
     z = raw.z
     residual = natural_residual(z.reshape(-1), blocks.F(z).reshape(-1))
