@@ -339,17 +339,18 @@ class SceneBuilder:
             name: a unique joint name.
             kind: "ball" (the points coincide: 3 rows; 2 in planar scenes),
                 "revolute" (a hinge: in 3D also the axis is shared, 5 rows; in planar
-                scenes the same as "ball"), "slide" (prismatic, 3D only: the axis
-                is shared, the relative rotation locked, translation free along the
-                axis; 5 rows), "planar" (3D only: a's anchor moves in b's plane
+                scenes the same as "ball"), "slide" (prismatic: the axis is shared,
+                the relative rotation locked, translation free along the axis; 5
+                rows, 2 in planar scenes), "planar" (3D only: a's anchor moves in b's plane
                 through the anchor normal to the axis, and a turns about the axis
                 only; 3 rows; no range) or "translation" (3D only: as "planar",
                 without turning: two slides and no hinge; 4 rows; no range).
             a, b: body names; b None or "world" for the world.
             anchor: (dim,) world point; or anchor_a and anchor_b, (dim,) each.
             axis: (3,) the hinge or slide axis in the world frame at the initial
-                configuration (revolute joints in 3D, slide joints), or the plane's
-                normal (planar and translation joints).
+                configuration (revolute joints in 3D, slide joints; (2,) for a slide
+                in a planar scene), or the plane's normal (planar and translation
+                joints).
             range: (lo, hi) the joint's limits, radians (revolute) or metres
                 (slide), lo < hi; -inf or inf for a one-sided range. None: no stops.
             restitution: in [0, 1], the restitution of the range's stops, used by the
@@ -384,17 +385,22 @@ class SceneBuilder:
         else:
             anchor_a = _vector(f"anchor_a of joint {name!r}", anchor_a, d)
             anchor_b = _vector(f"anchor_b of joint {name!r}", anchor_b, d)
-        if kind in AXIS_KINDS[1:] and d == 2:  # all but the hinge
+        if kind in AXIS_KINDS[2:] and d == 2:  # all but the hinge and the slide
             raise ValueError(f"joint {name!r}: {kind} joints are supported in 3D scenes only")
-        if kind in AXIS_KINDS and d == 3:
+        if (kind in AXIS_KINDS and d == 3) or (kind == "slide" and d == 2):
             if axis is None:
-                raise ValueError(f"joint {name!r}: a {kind} joint in 3D needs its axis")
-            axis = _vector(f"axis of joint {name!r}", axis, 3)
+                raise ValueError(
+                    f"joint {name!r}: a {kind} joint in {'3D' if d == 3 else 'a planar scene'} needs its axis"
+                )
+            axis = _vector(f"axis of joint {name!r}", axis, d)
             if not is_traced(axis) and not np.linalg.norm(np.asarray(axis)) > 1e-12:
                 raise ValueError(f"joint {name!r}: axis must be a nonzero vector, got {axis}")
+            if d == 2:
+                axis = jnp.concatenate([axis, jnp.zeros(1, axis.dtype)])
         elif axis is not None:
             raise ValueError(
-                f"joint {name!r}: axis applies only to revolute, slide, planar and translation joints in 3D scenes"
+                f"joint {name!r}: axis applies only to slide joints, and in 3D scenes to revolute, slide, planar "
+                "and translation joints"
             )
         if not isinstance(rows, bool):
             raise TypeError(f"joint {name!r}: rows must be True or False, got {rows!r}")
@@ -618,7 +624,9 @@ class SceneBuilder:
                 anchor_a, anchor_b = pad(anchor_a), pad(anchor_b)
             n = jnp.array([0.0, 0.0, 1.0]) if axis is None else axis / jnp.linalg.norm(axis)
             n_a = R[ia].T @ n
-            if measure is None:  # any vector normal to the axis
+            if self.dim == 2:  # a planar slide: the in-plane normal of its axis (a hinge: x)
+                u = jnp.array([-n_a[1], n_a[0], 0.0]) if axis is not None else jnp.array([1.0, 0.0, 0.0])
+            elif measure is None:  # any vector normal to the axis
                 helper = jnp.where(jnp.abs(n_a[0]) < 0.9, jnp.array([1.0, 0.0, 0.0]), jnp.array([0.0, 1.0, 0.0]))
                 u = jnp.cross(n_a, helper)
             else:  # add_hinges: the reference axis, normal to this one

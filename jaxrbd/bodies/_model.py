@@ -397,7 +397,12 @@ class BodyModel:
             n = R[b] @ jp.axis_b[j]
             u, w = R[b] @ jp.perp_b[j, 0], R[b] @ jp.perp_b[j, 1]
             zero3 = jnp.zeros(3, q.dtype)
-            if self.dim == 2:
+            if self.dim == 2 and kind == "slide":  # (vx, vy, omega): the 3D rows' x, y and z-spin entries
+                d = x_a - x_b
+                value = d @ n
+                ra = jnp.concatenate([n[:2], jnp.cross(r_a, n)[2:]])
+                rb = jnp.concatenate([-n[:2], (jnp.cross(n, d) - jnp.cross(r_b, n))[2:]])
+            elif self.dim == 2:
                 theta = self.orientations(q)
                 th_b = theta[b] if b < nb else jnp.zeros((), q.dtype)
                 value = theta[a] - th_b - jp.offset[j] if kind != "ball" else jnp.zeros((), q.dtype)
@@ -663,7 +668,9 @@ class BodyModel:
         (R_a u_a) . (R_b axis_b) = 0 and (R_a w_a) . (R_b axis_b) = 0. Slide (3D):
         the anchor gap across the axis, (x_a - x_b) . (R_b u_b) = 0 and
         (x_a - x_b) . (R_b w_b) = 0, the two hinge rows, and the locked spin
-        (R_a u_a) . (R_b w_b) = 0. Planar (3D): the anchor gap along the normal,
+        (R_a u_a) . (R_b w_b) = 0; in planar scenes the anchor gap across the
+        axis and the relative angle theta_a - theta_b minus its initial value.
+        Planar (3D): the anchor gap along the normal,
         (x_a - x_b) . (R_b axis_b) = 0, and the two hinge rows. Translation (3D):
         the planar rows and the locked spin. Universal: the
         anchor gap and (R_a perp_a[0]) . (R_b axis_b) = 0 (the second hinge axis,
@@ -680,13 +687,17 @@ class BodyModel:
             x_b = p[b] + R[b] @ jp.anchor_b[j]
             if kind in ("planar", "translation"):
                 rows.append(((x_a - x_b) @ (R[b] @ jp.axis_b[j]))[None])
+            elif kind == "slide" and self.dim == 2:  # the gap across the axis, and the relative angle
+                theta = self.orientations(q)
+                th_b = theta[b] if b < self.nbodies else jnp.zeros((), q.dtype)
+                rows.append(jnp.stack([(x_a - x_b) @ (R[b] @ jp.perp_b[j, 0]), theta[a] - th_b - jp.offset[j]]))
             elif kind == "slide":
                 rows.append((R[b] @ jp.perp_b[j].T).T @ (x_a - x_b))
             else:
                 rows.append((x_a - x_b)[: self.dim])
             if kind in AXIS_KINDS and self.dim == 3:
                 rows.append((R[a] @ jp.perp_a[j].T).T @ (R[b] @ jp.axis_b[j]))
-            if kind in ("slide", "translation"):
+            if kind in ("slide", "translation") and self.dim == 3:
                 rows.append(((R[a] @ jp.perp_a[j, 0]) @ (R[b] @ jp.perp_b[j, 1]))[None])
             if kind == "universal":
                 rows.append(((R[a] @ jp.perp_a[j, 0]) @ (R[b] @ jp.axis_b[j]))[None])
