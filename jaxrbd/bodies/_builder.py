@@ -624,8 +624,8 @@ class SceneBuilder:
                 anchor_a, anchor_b = pad(anchor_a), pad(anchor_b)
             n = jnp.array([0.0, 0.0, 1.0]) if axis is None else axis / jnp.linalg.norm(axis)
             n_a = R[ia].T @ n
-            if self.dim == 2:  # a planar slide: the in-plane normal of its axis (a hinge: x)
-                u = jnp.array([-n_a[1], n_a[0], 0.0]) if axis is not None else jnp.array([1.0, 0.0, 0.0])
+            if self.dim == 2 and axis is not None:  # a planar slide: its axis's normal in the plane
+                u = jnp.array([-n_a[1], n_a[0], 0.0])
             elif measure is None:  # any vector normal to the axis
                 helper = jnp.where(jnp.abs(n_a[0]) < 0.9, jnp.array([1.0, 0.0, 0.0]), jnp.array([0.0, 1.0, 0.0]))
                 u = jnp.cross(n_a, helper)
