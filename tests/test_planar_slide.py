@@ -3,7 +3,8 @@
 Exact references: a body on a frictionless inclined rail under gravity follows the
 semi-implicit step's closed form s_n = h^2 g sin(alpha) n (n + 1) / 2; a range stop
 holds it at the limit with the impulse h m g sin(alpha) per step; the rate row of
-the slide's coordinate is its derivative. A cart-pole (a cart on a rail, a pole on
+the slide's coordinate is its derivative; a motor against a spring-damper with armature
+follows the step's exact recursion. A cart-pole (a cart on a rail, a pole on
 a hinge) conserves its momentum along the rail exactly and follows MuJoCo stepping
 the same system as MJCF, with the difference falling like h.
 """
@@ -84,7 +85,7 @@ def test_the_rate_row_is_the_derivative_of_the_coordinate():
     value = lambda q: scene.bodies.joint_coordinates(q, scene.system.params)[0][0]
     row = scene.bodies.joint_coordinates(q, scene.system.params)[1][0]
     np.testing.assert_allclose(row, jax.grad(value)(q), rtol=1e-12, atol=1e-14)
-    # the coordinate is zero at the built configuration, and the anchors' offset along the axis after it
+    # the coordinate is zero at the built configuration
     assert abs(float(value(scene.state.q))) <= EXACT_TOL
 
 
