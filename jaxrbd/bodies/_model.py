@@ -403,9 +403,7 @@ class BodyModel:
                 ra = jnp.concatenate([n[:2], jnp.cross(r_a, n)[2:]])
                 rb = jnp.concatenate([-n[:2], (jnp.cross(n, d) - jnp.cross(r_b, n))[2:]])
             elif self.dim == 2:
-                theta = self.orientations(q)
-                th_b = theta[b] if b < nb else jnp.zeros((), q.dtype)
-                value = theta[a] - th_b - jp.offset[j] if kind != "ball" else jnp.zeros((), q.dtype)
+                value = self._relative_angle(q, params, j) if kind != "ball" else jnp.zeros((), q.dtype)
                 ra, rb = jnp.array([0.0, 0.0, 1.0], q.dtype), jnp.array([0.0, 0.0, -1.0], q.dtype)
                 if kind == "ball":
                     ra, rb = jnp.zeros(3, q.dtype), jnp.zeros(3, q.dtype)
@@ -444,6 +442,13 @@ class BodyModel:
             frames.append((x_a, n, u, w))
         frame = tuple(jnp.stack([f[i] for f in frames]) for i in range(4))
         return jnp.stack(values), jnp.stack(rows_a), jnp.stack(rows_b), frame
+
+    def _relative_angle(self, q, params, j):
+        """Planar joint j: theta_a - theta_b minus its initial value (unwrapped; b may be the world)."""
+        _, _, a, b = self.joints[j]
+        theta = self.orientations(q)
+        theta_b = theta[b] if b < self.nbodies else jnp.zeros((), q.dtype)
+        return theta[a] - theta_b - params.joints.offset[j]
 
     def _place(self, row_a, row_b, ia, ib):
         """(m, nv) dense rows from per-body rows (m, r) on bodies ia and ib (nb: the world)."""
@@ -688,9 +693,7 @@ class BodyModel:
             if kind in ("planar", "translation"):
                 rows.append(((x_a - x_b) @ (R[b] @ jp.axis_b[j]))[None])
             elif kind == "slide" and self.dim == 2:  # the gap across the axis, and the relative angle
-                theta = self.orientations(q)
-                th_b = theta[b] if b < self.nbodies else jnp.zeros((), q.dtype)
-                rows.append(jnp.stack([(x_a - x_b) @ (R[b] @ jp.perp_b[j, 0]), theta[a] - th_b - jp.offset[j]]))
+                rows.append(jnp.stack([(x_a - x_b) @ (R[b] @ jp.perp_b[j, 0]), self._relative_angle(q, params, j)]))
             elif kind == "slide":
                 rows.append((R[b] @ jp.perp_b[j].T).T @ (x_a - x_b))
             else:
