@@ -316,6 +316,17 @@ def test_overlapping_initial_bodies_warn_with_the_depth():
     b.add_body("b", rbd.Sphere(0.1), mass=1.0, position=(0.15, 0.0, 0.5))
     with pytest.warns(UserWarning, match=r"'a' and 'b' overlap by 0.05 m"):
         b.build()
+    # A row of 14 balls, each 1 cm into the next and the middle pair 2 cm: 13 pairs, one warning naming the deepest.
+    row = rbd.SceneBuilder()
+    for i in range(14):
+        row.add_body(f"ball{i}", rbd.Sphere(0.1), mass=1.0, position=(0.19 * i - 0.01 * (i > 7), 0.0, 0.5))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        row.build()
+    said = [str(w.message) for w in caught]
+    assert len(said) == 1 and said[0].startswith(
+        "13 body pairs overlap in the initial state, the deepest 'ball7' and 'ball8' by 0.02 m"
+    ), said
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         rbd.scenes.four_balls()  # touching to 1e-5 is not an overlap

@@ -40,6 +40,7 @@ from ._model import (
 
 GRAVITY = 9.81
 OVERLAP_TOL = 1e-9  # an initial gap below -OVERLAP_TOL is reported as an overlap
+OVERLAPS_NAMED = 12  # up to this many overlapping pairs get a warning each; more get one warning
 
 
 def _inertia_matrix(inertia, mass, shapes):
@@ -821,6 +822,14 @@ def _warn_overlaps(model, params, q):
         a, b = model.pair_names[i]
         if g < -OVERLAP_TOL and g < worst.get((a, b), 0.0):
             worst[a, b] = g
+    if len(worst) > OVERLAPS_NAMED:  # one warning, not one per pair (a file's packed grid of boxes)
+        (a, b), g = min(worst.items(), key=lambda item: item[1])
+        warnings.warn(
+            f"{len(worst)} body pairs overlap in the initial state, the deepest {a!r} and {b!r} by {-g:.3g} m; "
+            "the first step pushes them apart",
+            stacklevel=3,
+        )
+        return
     for (a, b), g in worst.items():
         warnings.warn(
             f"{a!r} and {b!r} overlap by {-g:.3g} m in the initial state; the first step pushes them apart",
