@@ -268,28 +268,45 @@ class Blocks(eqx.Module):
         """carry through fn(carry, idx, mask) once per colour, in order.
 
         Static colouring: idx indexes the colour's contacts and mask is None.
-        Traced colours: idx is every contact and mask (nc,) marks the colour's;
-        fn must leave the others unchanged. A pass then costs O(nc), so a sweep
-        costs O(nc x colours).
+        Traced colours: idx (cap,) indexes the colour's contacts in chunks of
+        cap, the number of moving bodies (the most a colour can hold, as its
+        contacts touch distinct moving bodies), and mask (cap,) marks the lanes
+        that hold one; the others index nc, past the end: a gather clamps it and
+        a scatter drops it, and fn must keep their values. A pass costs O(nb),
+        not O(nc).
         """
         if self.colors is not None:
             for color in self.colors:
                 carry = fn(carry, np.array(color), None)
             return carry
-        every = np.arange(self.color.shape[0])
-        ncolors = jnp.max(self.color) + 1
-        return jax.lax.fori_loop(0, ncolors, lambda k, c: fn(c, every, self.color == k), carry)
+        nc = self.color.shape[0]
+        cap = min(nc, self.v_free.shape[0] - 1)
+        lanes = jnp.arange(cap)
+        order = jnp.argsort(self.color, stable=True)  # the contacts, colour by colour
+        end = jnp.cumsum(jnp.zeros(nc, jnp.int32).at[self.color].add(1))  # past each colour's last
+
+        def one_color(k, carry):
+            def chunk(start_carry):  # one chunk, unless colours overflowed MAX_COLORS
+                start, carry = start_carry
+                p = start + lanes
+                inside = p < end[k]
+                return start + cap, fn(carry, jnp.where(inside, order[jnp.minimum(p, nc - 1)], nc), inside)
+
+            start = jnp.where(k > 0, end[k - 1], 0)
+            return jax.lax.while_loop(lambda state: state[0] < end[k], chunk, (start, carry))[1]
+
+        return jax.lax.fori_loop(0, jnp.max(self.color) + 1, one_color, carry)
 
     def velocity(self, z):
         """(nb + 1, 6) the body velocities v+ = v_free + M^{-1} J^T K z."""
         return self.v_free + self._apply(jnp.einsum("crm,cm->cr", self.K, z))
 
-    def _apply(self, p):
-        """M^{-1} J^T p per body, for contact impulses p (nc, 3) in (n, t, o)."""
-        a, b = self.a, self.b
+    def _apply(self, p, idx=slice(None)):
+        """M^{-1} J^T p per body, for impulses p (len(idx), 3) in (n, t, o) of the contacts idx."""
+        a, b = self.a[idx], self.b[idx]
         impulse = jnp.zeros_like(self.v_free)
-        impulse = impulse.at[a].add(jnp.einsum("crj,cr->cj", self.J_a, p))
-        impulse = impulse.at[b].add(jnp.einsum("crj,cr->cj", self.J_b, p))
+        impulse = impulse.at[a].add(jnp.einsum("crj,cr->cj", self.J_a[idx], p))
+        impulse = impulse.at[b].add(jnp.einsum("crj,cr->cj", self.J_b[idx], p))
         return jnp.einsum("kij,kj->ki", self.Minv, impulse)
 
     def rows(self, v, idx=slice(None)):
@@ -359,8 +376,8 @@ def _gauss_seidel(blocks, z, solver):
         z_new, used_fallback = local(LCP(A[idx], b), zc, idx, free.at[:, 0].add(blocks.bn[idx]))
         if mask is not None:
             z_new = jnp.where(mask[:, None], z_new, zc)
-        dp = jnp.zeros((z.shape[0], 3), z.dtype).at[idx].set(jnp.einsum("crm,cm->cr", blocks.K[idx], z_new - zc))
-        return v + blocks._apply(dp), z.at[idx].set(z_new), fallback | used_fallback
+        dp = jnp.einsum("crm,cm->cr", blocks.K[idx], z_new - zc)  # only the colour's contacts: O(colour + nb)
+        return v + blocks._apply(dp, idx), z.at[idx].set(z_new), fallback | used_fallback
 
     def sweep(carry, _):
         return blocks.over_colors(solve_color, carry), None
