@@ -3,7 +3,9 @@ loaded and stepped beside MuJoCo's C engine.
 
 The files in tests/data/gymnasium are Gymnasium 1.4.0's (MIT licence, in that folder), unchanged; those in
 tests/data/mujoco are MJX's `convex.xml` and its three STL meshes, from the mujoco 4.0.0 wheel's
-`mujoco/mjx/test_data` (Apache 2.0 licence, in that folder), unchanged. A test may
+`mujoco/mjx/test_data`, and `stacked_boxes.xml`, from MuJoCo's repository
+(test/engine/testdata/collision_convex, commit 1913a02b), all under the Apache 2.0 licence (in that folder) and
+unchanged. A test may
 add a keyframe (the drop height) or, where it says so, zero the joints' damping, stiffness and armature (hinge
 and slide damping, stiffness and armature are jaxrbd's joint dynamics, `set_joint_dynamics`). MuJoCo integrates these
 files with RK4 at 0.01 s; jaxrbd steps at STEP, so its first-order error in free fall, g STEP t / 2, stays
@@ -24,6 +26,7 @@ mujoco = pytest.importorskip("mujoco")
 
 DATA = pathlib.Path(__file__).parent / "data" / "gymnasium"
 CONVEX = pathlib.Path(__file__).parent / "data" / "mujoco" / "convex.xml"
+STACK = pathlib.Path(__file__).parent / "data" / "mujoco" / "stacked_boxes.xml"
 STEP = 0.002  # jaxrbd's time step (s)
 DURATION = 0.5  # s
 POSITION_TOL = 0.01  # metres: the issue's bound on body positions before any contact
@@ -337,3 +340,62 @@ def test_the_humanoid_falls_onto_the_floor_like_mujoco():
         touching[k] == {"left_shin", "right_shin"} for k in range(both, len(touching))
     )
     print(f"humanoid: the left shin in contact from {first * dt:.3f} s, both shins from {both * dt:.3f} s on")
+
+
+@pytest.mark.slow
+def test_a_packed_stack_of_mesh_boxes_slides_into_the_corner_like_mujoco():
+    """MuJoCo's stacked_boxes.xml (its multi-CCD test file): 18 cube meshes of 10 cm, two layers of 3 x 3 packed
+    face to face, released 5 cm above a box floor, with gravity (-4, 4, -10) tilted towards two box walls 5 cm away
+    and friction 0.4, so the stack lands and slides into the corner. With a broad phase of 56 slots (the 54 box-mesh
+    pairs and the nearest mesh pairs: the 33 face-to-face ones first):
+    - every step converged, residual <= 1e-8, no gap below -1e-6 m;
+    - within 1 cm of MuJoCo until the landing (MuJoCo's first contact with the floor);
+    - then the same bodies in contact at every one of MuJoCo's steps, except the landing step (jaxrbd's rigid
+      contacts stop both layers in it, MuJoCo's soft ones the lower layer only) and the steps where MuJoCo has
+      no contact at all: its soft floor throws the whole stack up for a few steps after the landing, jaxrbd's
+      rigid one does not;
+    - at 0.5 s every box at rest in the corner within 1 mm of MuJoCo's.
+    The packed layers touch face to face, edge to edge and corner to corner from the start: MuJoCo stores mesh
+    vertices in float32, so the load warns that they overlap by the vertices' round-off (1.5e-9 m)."""
+    scene, said = _load(STACK, broadphase=rbd.BroadPhase(slots=56))
+    assert said.startswith("56 body pairs overlap in the initial state, the deepest") and "by 1.49e-09 m" in said
+    # Ten sweeps a round: the packed layers converge within them from the previous step's impulses, where the
+    # default hundred cost ten times as much; the landing takes about 1,100 sweeps, above the default 1,000.
+    solver = rbd.ContactSweeps(sweeps=10, max_sweeps=5000)
+    steps = round(DURATION / scene.dt)
+    traj = rbd.simulate(*scene, dt=scene.dt, steps=steps, solver=solver)
+    assert bool(traj.stats.converged.all()) and float(traj.stats.residual.max()) <= RESIDUAL_TOL
+    gaps = jax.jit(jax.vmap(scene.system.gap))(traj.q)
+    assert float(gaps.min()) >= -1e-6
+    dt, theirs, touching, _ = _mujoco_run(STACK, scene)
+    assert dt == scene.dt
+    ours = np.asarray(traj.q).reshape(len(theirs), -1, 7)[:, :, :3]
+    index = np.asarray(jax.jit(jax.vmap(lambda q: scene.bodies.contacts(q, scene.system.params).index))(traj.q))
+    pairs, statics = scene.bodies.pair_names, set(scene.bodies.statics)
+    impulses = np.asarray(traj.impulses.normal)
+    ours_touching = [set()] + [
+        {body for i, p in zip(index[k], impulses[k]) if p > IMPULSE_FLOOR for body in pairs[i]} - statics
+        for k in range(steps)
+    ]
+    m = mujoco.MjModel.from_xml_path(str(STACK))
+    d = mujoco.MjData(m)
+    landing = None
+    for k in range(steps + 1):  # MuJoCo's first step with a contact on the floor (a static geom)
+        mujoco.mj_forward(m, d)
+        if any(m.geom_bodyid[c.geom1] == 0 or m.geom_bodyid[c.geom2] == 0 for c in d.contact[: d.ncon]):
+            landing = k
+            break
+        mujoco.mj_step(m, d)
+    error = np.abs(ours - theirs).max(axis=(1, 2))
+    thrown = [k for k in range(landing + 1, len(theirs)) if not touching[k]]
+    print(
+        f"\nstacked boxes: landing at {landing * dt:.3f} s; largest distance before it {error[:landing].max():.2e} m;"
+        f" MuJoCo's stack off the floor for {len(thrown)} steps; at {DURATION} s {error[-1]:.2e} m from MuJoCo"
+    )
+    assert error[:landing].max() <= POSITION_TOL
+    for k in range(landing + 1, len(theirs)):
+        if touching[k]:
+            assert ours_touching[k] == touching[k], (k * dt, sorted(ours_touching[k] ^ touching[k]))
+    assert touching[-1] == ours_touching[-1] == {f"body{i}" for i in range(1, 19)}
+    assert error[-1] <= 1e-3
+    assert float(np.abs(ours[-1] - ours[0]).max()) >= 0.05  # it did land and slide into the corner

@@ -19,8 +19,8 @@ when contacts c and c' share a moving body. `ContactSweeps` exploits that:
   on a table) is solved exactly by one sweep; coupled contacts take rounds of
   sweeps until the step's residual reaches the tolerance (`max_sweeps`);
 - with a broad phase (`jaxrbd.BroadPhase`) the contact slots' bodies are traced,
-  so the slots are coloured in every step (`color_slots`) and each colour pass
-  visits every slot, masked;
+  so the slots are coloured in every step (`color_slots`), sorted by colour once
+  a sweep, and each colour pass solves nb lanes, masked (`Blocks.over_colors`);
 - the gradient comes from the implicit rule of every complementarity solve
   (`jaxrbd.complementarity.implicit_solve`) with its own `Adjoint`: the
   transposed Newton system (d phi / dz)^T u = z_bar is solved by the same
