@@ -5,6 +5,7 @@ exact solutions of BENCHMARKS.md; the local solver against Lemke.
 """
 
 import math
+import types
 
 import jax
 import jax.numpy as jnp
@@ -16,6 +17,7 @@ from jaxrbd.cones import polygon_directions
 from jaxrbd.stepping import AUTO_SIZE, AUTO_SIZE_COUPLED
 from jaxrbd.stepping._coloring import color_contacts
 from jaxrbd.stepping._local import enumerate_contact
+from jaxrbd.stepping._sweeps import Blocks
 
 jax.config.update("jax_enable_x64", True)
 
@@ -67,6 +69,28 @@ def test_colouring_never_puts_two_contacts_of_a_body_together():
         assert len(bodies) == len(set(bodies))
     # Contacts with the world only on distinct bodies: one colour, so one sweep is exact.
     assert len(color_contacts(np.arange(4), np.full(4, 4), 4)) == 1
+
+
+def test_traced_colour_passes_visit_every_contact_once_colour_by_colour():
+    """`Blocks.over_colors` with traced colours (a broad phase's slots): each pass gets chunks of nb lanes of its
+    colour's contacts, lanes past its end index nc (dropped by a scatter), and colours run in order. Colour 0
+    here holds 5 contacts with 2 moving bodies (as after an overflow of `MAX_COLORS`): three chunks."""
+    color = jnp.array([0, 2, 0, 1, 0, 0, 1, 0])
+    blocks = types.SimpleNamespace(colors=None, color=color, v_free=jnp.zeros((3, 6)))  # 2 moving bodies
+
+    def visit(carry, idx, mask):
+        visits, order, step, marked = carry
+        assert idx.shape == mask.shape == (2,)
+        visits = visits.at[idx].add(1)  # idx 8 (a lane past the colour's end) is dropped
+        order = order.at[idx].set(step)
+        return visits, order, step + 1, marked + jnp.sum(mask & (idx < 8), dtype=jnp.int32)
+
+    start = (jnp.zeros(8, jnp.int32), jnp.full(8, -1), jnp.int32(0), jnp.int32(0))
+    visits, order, passes, marked = jax.jit(lambda: Blocks.over_colors(blocks, visit, start))()
+    assert np.asarray(visits).tolist() == [1] * 8 and int(marked) == 8  # the mask marks exactly the real lanes
+    assert int(passes) == 3 + 1 + 1  # colour 0 in 3 chunks
+    order = np.asarray(order)
+    assert max(order[[0, 2, 4, 5, 7]]) < min(order[[3, 6]]) and max(order[[3, 6]]) < order[1]
 
 
 @pytest.fixture(scope="module")
