@@ -56,11 +56,11 @@ def _load(xml, **kwargs):
     return scene, " ".join(str(w.message) for w in caught)
 
 
-def _mujoco_run(source, scene):
-    """MuJoCo's C engine on the XML or file `source` from its first keyframe (or qpos0) over DURATION: per step of
-    its own timestep, the centres of mass of jaxrbd's bodies (in jaxrbd's q, via `from_mujoco_qpos`), the bodies
-    in contact (normal force > 0) and the deepest contact distance (negative: MuJoCo's soft contacts let bodies
-    sink into each other)."""
+def _mujoco_run(source, scene, duration=DURATION):
+    """MuJoCo's C engine on the XML or file `source` from its first keyframe (or qpos0) over `duration`: per step
+    of its own timestep, the centres of mass of jaxrbd's bodies (in jaxrbd's q, via `from_mujoco_qpos`), the
+    bodies in contact (normal force > 0), the deepest contact distance (negative: MuJoCo's soft contacts let
+    bodies sink into each other) and whether any contact touches the world's geoms."""
     if isinstance(source, pathlib.Path):
         m = mujoco.MjModel.from_xml_path(str(source))
     else:
@@ -68,8 +68,8 @@ def _mujoco_run(source, scene):
     d = mujoco.MjData(m)
     if m.nkey:
         mujoco.mj_resetDataKeyframe(m, d, 0)
-    steps = round(DURATION / m.opt.timestep)
-    positions, touching, deepest = [], [], []
+    steps = round(duration / m.opt.timestep)
+    positions, touching, deepest, grounded = [], [], [], []
     force = np.zeros(6)
     for k in range(steps + 1):
         mujoco.mj_forward(m, d)
@@ -84,9 +84,27 @@ def _mujoco_run(source, scene):
                         bodies.add(mujoco.mj_id2name(m, mujoco.mjtObj.mjOBJ_BODY, body) or f"body{body}")
         touching.append(bodies)
         deepest.append(min((c.dist for c in d.contact[: d.ncon]), default=np.inf))
+        grounded.append(
+            any(m.body_weldid[m.geom_bodyid[g]] == 0 for c in d.contact[: d.ncon] for g in (c.geom1, c.geom2))
+        )
         if k < steps:
             mujoco.mj_step(m, d)
-    return m.opt.timestep, np.array(positions), touching, np.array(deepest)
+    return m.opt.timestep, np.array(positions), touching, np.array(deepest), grounded
+
+
+def _our_touching(scene, traj, stride):
+    """Per MuJoCo step (every `stride` of jaxrbd's), jaxrbd's moving bodies with a contact impulse above
+    IMPULSE_FLOOR in the steps since the previous one; each contact slot named by its pair at the step's start
+    (`Contacts.index`: with a broad phase the slots' pairs change from step to step)."""
+    index = np.asarray(jax.jit(jax.vmap(lambda q: scene.bodies.contacts(q, scene.system.params).index))(traj.q[:-1]))
+    impulses, pairs, statics = np.asarray(traj.impulses.normal), scene.bodies.pair_names, set(scene.bodies.statics)
+    touching = [
+        {body for i, p in zip(index[k], impulses[k]) if i < len(pairs) and p > IMPULSE_FLOOR for body in pairs[i]}
+        for k in range(len(impulses))
+    ]
+    return [set()] + [
+        set().union(*touching[k - stride : k]) - statics for k in range(stride, len(touching) + 1, stride)
+    ]
 
 
 def test_public_models_load_and_name_what_they_ignore_or_refuse():
@@ -228,7 +246,7 @@ def _drop(source, step=STEP, **load):
     assert abs(stride * step - scene.dt) <= 1e-12  # jaxrbd's steps end on MuJoCo's
     traj = rbd.simulate(*scene, dt=step, steps=stride * round(DURATION / scene.dt))
     assert bool(traj.stats.converged.all()) and float(traj.stats.residual.max()) <= RESIDUAL_TOL
-    dt, theirs, touching, deepest = _mujoco_run(source, scene)
+    dt, theirs, touching, deepest, _ = _mujoco_run(source, scene)
     ours = np.asarray(traj.q[::stride]).reshape(len(theirs), -1, 7)[:, :, :3]
     first = next(k for k, bodies in enumerate(touching) if bodies)
     error = np.abs(ours - theirs).max(axis=(1, 2))
@@ -237,13 +255,7 @@ def _drop(source, step=STEP, **load):
         f"\n{label}: MuJoCo's first contact at t = {first * dt:.3f} s; largest distance before it {error[:first].max():.2e} m"
     )
     assert 0 < first and error[:first].max() <= POSITION_TOL
-    pairs, statics = scene.bodies.pair_names, set(scene.bodies.statics)
-    impulses = np.asarray(traj.impulses.normal)[:, : len(pairs)]
-    ours_touching = [set()]
-    for k in range(1, len(theirs)):
-        hit = impulses[(k - 1) * stride : k * stride].max(axis=0) > IMPULSE_FLOOR
-        ours_touching.append({body for (a, b), h in zip(pairs, hit) if h for body in (a, b)} - statics)
-    return ours, touching, ours_touching, deepest, first, dt, (scene, traj)
+    return ours, touching, _our_touching(scene, traj, stride), deepest, first, dt, (scene, traj)
 
 
 @pytest.mark.slow
@@ -366,38 +378,13 @@ def test_a_packed_stack_of_mesh_boxes_lands_like_mujoco():
     traj = rbd.simulate(*scene, dt=scene.dt, steps=steps, solver=solver)
     assert bool(traj.stats.converged.all()) and float(traj.stats.residual.max()) <= RESIDUAL_TOL
     assert float(jax.jit(jax.vmap(scene.system.gap))(traj.q).min()) >= -1e-6
-    m = mujoco.MjModel.from_xml_path(str(STACK))
-    assert m.opt.timestep == scene.dt
-    d = mujoco.MjData(m)
-    force = np.zeros(6)
-    theirs, touching, floor = [], [], []
-    for k in range(steps + 1):
-        mujoco.mj_forward(m, d)
-        theirs.append(np.asarray(scene.from_mujoco_qpos(d.qpos)).reshape(-1, 7)[:, :3])
-        bodies, on_floor = set(), False
-        for i, c in enumerate(d.contact[: d.ncon]):
-            mujoco.mj_contactForce(m, d, i, force)
-            ends = (m.geom_bodyid[c.geom1], m.geom_bodyid[c.geom2])
-            on_floor |= 0 in ends
-            if force[0] > 0:
-                bodies |= {f"body{body}" for body in ends if body}
-        touching.append(bodies)
-        floor.append(on_floor)
-        if k < steps:
-            mujoco.mj_step(m, d)
-    landing = floor.index(True)
-    index = np.asarray(jax.jit(jax.vmap(lambda q: scene.bodies.contacts(q, scene.system.params).index))(traj.q))
-    impulses, pairs = np.asarray(traj.impulses.normal), scene.bodies.pair_names
-    ours_touching = [set()] + [
-        {body for i, p in zip(index[k], impulses[k]) if p > IMPULSE_FLOOR for body in pairs[i]}
-        - set(scene.bodies.statics)
-        for k in range(steps)
-    ]
+    dt, theirs, touching, _, grounded = _mujoco_run(STACK, scene, STACK_DURATION)
+    assert dt == scene.dt
+    landing = grounded.index(True)
+    ours_touching = _our_touching(scene, traj, 1)
     error = np.abs(np.asarray(traj.q).reshape(steps + 1, -1, 7)[:, :, :3] - np.array(theirs)).max(axis=(1, 2))
-    print(
-        f"\nstacked boxes: landing at {landing * scene.dt:.3f} s; largest distance before it {error[:landing].max():.2e} m"
-    )
+    print(f"\nstacked boxes: landing at {landing * dt:.3f} s; largest distance before it {error[:landing].max():.2e} m")
     assert 0 < landing < steps - 5 and error[:landing].max() <= POSITION_TOL
     every = {f"body{i}" for i in range(1, 19)}
     for k in range(landing + 1, steps + 1):
-        assert ours_touching[k] == touching[k] == every, (k * scene.dt, sorted(ours_touching[k] ^ touching[k]))
+        assert ours_touching[k] == touching[k] == every, (k * dt, sorted(ours_touching[k] ^ touching[k]))
