@@ -90,13 +90,19 @@ class NewtonRestitution(ImpactLaw):
     The velocity coordinates it moves (its nonzero columns of J_n) travel with
     v_free until the first such tau and with v+ for the rest of the step,
     q+ = q0 (+) tau v_free (+) (h - tau) v+, instead of q0 (+) h v+, and the
-    contact bounces from its normal velocity at the impact, the free step's
-    change accruing over the step: with s = tau / h,
-    n^T v+ >= max(-e (n^T v + s n^T (v_free - v)) + (1 - s) n^T (v_free - v), 0).
+    contact bounces from its normal velocity at the impact. The semi-implicit
+    step's velocity is the mean over the step it closes (q+ = q0 + h v+), the
+    velocity of mid-step: v is that of t0 - h/2 and v_free that of t0 + h/2, so
+    the impact at t0 + tau sees n^T v + (s + 1/2) n^T (v_free - v), s = tau / h,
+    and v+ is the rebound's velocity at t0 + h/2, the free change (1/2 - s)
+    n^T (v_free - v) after the impact:
+    n^T v+ >= max(-e (n^T v + (s + 1/2) n^T (v_free - v)) + (1/2 - s) n^T (v_free - v), 0).
     The bounce then starts where the contact closes, and the trajectory is
     continuous in e, the drop height and the initial state where a bounce
     crosses a step (tau = h gives the free step and then the bounce at the start
-    of the next).
+    of the next). Under constant forces each flight and bounce is then second
+    order in h; a start velocity given at t = 0 rather than -h/2 leaves a
+    first-order offset (`tests/test_impacts.py`).
 
     Energy: at a single frictionless contact the normal velocity is reversed and
     scaled by e, and the kinetic energy does not increase. With friction it can
@@ -124,11 +130,13 @@ class NewtonRestitution(ImpactLaw):
             closing = colliding & (vn_free < 0)
             speed = jnp.where(closing, -vn_free, 1.0)  # double where: finite gradients where not closing
             tau = jnp.where(closing, jnp.clip(gap / speed, 0.0, dt), 0.0)
-            # The free step's velocity change accrues over the step: at the impact it is vn_imp, after it the
-            # rest of the change, (1 - tau / h) (vn_free - vn), is still to come.
+            # vn is the velocity of t0 - h/2 and vn_free of t0 + h/2 (the step's means): at the impact, t0 + tau,
+            # the normal velocity is vn + (s + 1/2) (vn_free - vn); v+ is the rebound's at t0 + h/2.
             # At most 0: a rebound slower than the rest of that change leaves with n^T v+ >= 0, not into the surface.
             s = tau / dt
-            offset = jnp.minimum(contacts.restitution * (vn + s * (vn_free - vn)) - (1.0 - s) * (vn_free - vn), 0.0)
+            offset = jnp.minimum(
+                contacts.restitution * (vn + (s + 0.5) * (vn_free - vn)) - (0.5 - s) * (vn_free - vn), 0.0
+            )
             moves = colliding[:, None] & (contacts.J_n != 0)  # (nc, nv)
             first = jnp.min(jnp.where(moves, tau[:, None], dt), axis=0)
             time = jnp.where(moves.any(axis=0), first, 0.0)
