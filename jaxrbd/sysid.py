@@ -1181,7 +1181,7 @@ def _step_violation(system, cone, scheme, dt, weight, iterations, t, q, v, v_nex
     from .model import State
     from .stepping import step_problem_at
 
-    prob, motion = step_problem_at(system, State(t, q, v), dt, scheme=scheme, cone=cone)
+    prob, _ = step_problem_at(system, State(t, q, v), dt, scheme=scheme, cone=cone)
     L = jnp.linalg.cholesky(prob.M)
     n_free = prob.problem.n_free
     free = jnp.arange(prob.problem.n) < n_free
@@ -1258,7 +1258,12 @@ def violation_residuals(system, q, v=None, *, dt, t0=0.0, scheme=None, cone=None
         iterations: inner Levenberg-Marquardt steps per observed step.
 
     Returns:
-        (K, n_v + n_z) residuals, one row per observed step; `vmap`ped over steps.
+        (K, n_v + n_z) residuals, one row per observed step. The steps are scored
+        one after another (`lax.map`), not `vmap`ped: a `vmap` batches their
+        dense solves, and on jaxlib 0.10.2's CPU backend two batched LAPACK kernels
+        running at once can each wait for the other's share of the 2-thread pool
+        (a deadlock, seen every time on P2's four balls; a gdb stack shows both
+        threads in `ParallelBatchMap`). One step at a time also ran faster there.
     """
     from .stepping import StewartTrinkle
 
@@ -1274,14 +1279,14 @@ def violation_residuals(system, q, v=None, *, dt, t0=0.0, scheme=None, cone=None
     cone = _smooth_cone(system, q[0]) if cone is None else cone
     t = t0 + dt * jnp.arange(q.shape[0] - 1, dtype=q.dtype)
     one = lambda t, q, v, v_next: _step_violation(system, cone, scheme, dt, weight, iterations, t, q, v, v_next)
-    return jax.vmap(one)(t, q[:-1], v[:-1], v[1:])
+    return jax.lax.map(lambda args: one(*args), (t, q[:-1], v[:-1], v[1:]))
 
 
 def violation_loss(system, q, v=None, *, dt, **kwargs):
     """The mean over observed steps of the squared complementarity violation (`violation_residuals`).
 
     A loss in the parameters of `system` that needs no rollout: each observed
-    step is scored on its own, so it is as cheap as one step per sample (vmapped)
+    step is scored on its own, so it is as cheap as one step per sample
     and does not compound errors over a long trajectory. Differentiable; use it
     with `fit(loss=...)` or `violation_residuals` with `fit(residuals=...)`.
     """
