@@ -11,7 +11,7 @@
 Residuals, many experiments, uncertainty. Give the residual vector instead of
 a scalar loss and `fit` also returns the Gauss-Newton uncertainty at the
 optimum; give a batch of experiments and it shares the physical parameters
-across them (the prediction is `vmap`ped over the experiments):
+across them (the prediction is mapped over the experiments, one after another):
 
     def predict(p, inputs):                       # one experiment: (T, n)
         scene = rbd.scenes.block_on_incline(angle=0.0, mu=p["mu"], speed=inputs["speed"], dim=2)
@@ -335,23 +335,26 @@ def _split(params, per_experiment):
 
 
 def _experiment_functions(predict, per_experiment):
-    """The residual function and its per-experiment Jacobian (vmap of jacrev) for `predict`."""
+    """The residual function and its per-experiment Jacobian (jacrev per experiment) for `predict`."""
 
     def one(shared, own, inputs, observed, mask, weights):
         r, valid = _residual_rows(jnp.asarray(predict({**shared, **own}, inputs)), observed, mask, weights)
         return r, (r, valid)
 
-    axes = (None, 0, 0, 0, 0, None)
+    def each(fn, shared, own, exps):
+        # One experiment after another (`lax.map`), not `vmap`ped: a `vmap` batches the simulator's dense solves,
+        # and on jaxlib 0.10.2's CPU backend two batched LAPACK kernels at once can deadlock its thread pool (ten
+        # throws of a cube hung every time; see `violation_residuals`).
+        return jax.lax.map(lambda xs: fn(shared, *xs, exps.weights), (own, exps.inputs, exps.observed, exps.mask))
 
     def residuals(params, exps):
         shared, own = _split(params, per_experiment)
-        _, (r, valid) = jax.vmap(one, axes)(shared, own, exps.inputs, exps.observed, exps.mask, exps.weights)
+        _, (r, valid) = each(one, shared, own, exps)
         return r.reshape(-1), valid.reshape(-1)
 
     def jacobian(params, exps):
         shared, own = _split(params, per_experiment)
-        jac = jax.jacrev(one, argnums=(0, 1), has_aux=True)
-        (Js, Jo), (r, valid) = jax.vmap(jac, axes)(shared, own, exps.inputs, exps.observed, exps.mask, exps.weights)
+        (Js, Jo), (r, valid) = each(jax.jacrev(one, argnums=(0, 1), has_aux=True), shared, own, exps)
         return (Js, Jo), r, valid
 
     return residuals, jacobian
@@ -674,7 +677,7 @@ def uncertainty(
 
     With r(theta) the residual vector (m observed entries) and J = dr/dtheta (m, p)
     in the natural parameters (`jax.jacfwd` where the model allows forward mode,
-    else `jax.jacrev`; for `Experiments`, a `jacrev` per experiment, `vmap`ped):
+    else `jax.jacrev`; for `Experiments`, a `jacrev` per experiment, one after another):
     covariance = sigma^2 (J^T J)^-1 with sigma^2 = RSS / (m - p); the intervals are
     theta -/+ t std, t the Student t quantile with m - p degrees of freedom (the
     noise is estimated from the residuals; t tends to the normal 1.96 for large m).
@@ -935,7 +938,7 @@ def fit(
     - `predict=fn, experiments=Experiments(observed, inputs, mask)`: many
       experiments sharing the physical parameters. fn(params, inputs_e) returns
       one experiment's (T, n) prediction from its inputs (initial state, ...);
-      it is `vmap`ped over the experiments, and the residuals are the masked,
+      it is mapped over the experiments (`lax.map`), and the residuals are the masked,
       weighted prediction errors. Names in `per_experiment` are nuisance
       parameters with a leading axis E (initial velocity, ...): experiment e sees
       its own slice. The result carries the `uncertainty`.
