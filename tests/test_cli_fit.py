@@ -9,6 +9,7 @@ import pytest
 
 import jaxrbd as rbd
 from jaxrbd.cli import main
+from jaxrbd.cli.fit import model_file_factory
 
 DT = 0.01
 STEPS = 40
@@ -133,3 +134,55 @@ def test_unknown_column_is_named(factory_module, block_csv, tmp_path, capsys):
     assert "q7" in err and "3 q coordinates" in err
     err = run([*common, "--param", "mu=0.5", "--columns", "box_x=x"], tmp_path, capsys)
     assert "COLUMN=qI" in err
+
+
+MODEL = """
+<mujoco>
+  <option timestep="0.01" gravity="3 0 -9.81"/>
+  <worldbody>
+    <geom type="plane" size="0 0 1" friction="0.5"/>
+    <body pos="0 0 0.1">
+      <freejoint/>
+      <geom type="box" size="0.1 0.1 0.1" mass="1" friction="0.5"/>
+    </body>
+  </worldbody>
+</mujoco>
+"""
+
+
+def pushed_x(mu, push=3.0, g=9.81, steps=STEPS):
+    """x of a box released on a level plane under a horizontal gravity `push` (mu g < push), the scheme's own
+    update: v_{k+1} = v_k + h (push - mu g), x_{k+1} = x_k + h v_{k+1}."""
+    v = (push - mu * g) * DT * np.arange(1, steps + 1)
+    return np.concatenate([[0.0], np.cumsum(DT * v)])
+
+
+@pytest.mark.slow
+def test_fit_the_friction_of_an_mjcf_model_file(tmp_path, capsys):
+    """--scene model.xml: the file's box slides under a tilted gravity; mu of every contact is fitted."""
+    model = tmp_path / "pushed_box.xml"
+    model.write_text(MODEL)
+    mu_true = 0.2
+    traj = rbd.simulate(*model_file_factory(str(model))(mu=mu_true), dt=DT, steps=STEPS)
+    np.testing.assert_allclose(np.asarray(traj.q[:, 0]), pushed_x(mu_true), atol=1e-12)
+    x = pushed_x(mu_true) + NOISE * np.random.default_rng(4).standard_normal(STEPS + 1)
+    data = tmp_path / "pushed.csv"
+    np.savetxt(data, np.c_[np.arange(STEPS + 1) * DT, x], delimiter=",", header="t,box_x", comments="")
+    out = tmp_path / "out"
+    main(
+        ["fit", str(data), "--scene", str(model), "--param", "mu=0.25", "--fit", "mu", "--columns", "box_x=q0"]
+        + ["--dt", "0.01", "--noise", str(NOISE), "--out", str(out)]
+    )
+    result = json.loads((out / "fit.json").read_text())
+    mu, (lo, hi) = result["params"]["mu"], result["interval"]["mu"]
+    with capsys.disabled():
+        print(f"\ncli fit of an MJCF file: mu = {mu:.6f} (true {mu_true}), 95% [{lo:.6f}, {hi:.6f}]")
+    assert abs(mu / mu_true - 1) < MU_RTOL and lo < mu_true < hi
+
+
+def test_a_missing_model_file_is_named(block_csv, tmp_path, capsys):
+    common = [str(block_csv), "--dt", "0.01", "--fit", "mu", "--param", "mu=0.5", "--columns", "box_x=q0"]
+    assert "no_such_model.xml" in run([*common, "--scene", str(tmp_path / "no_such_model.xml")], tmp_path, capsys)
+    bad = tmp_path / "bad.xml"
+    bad.write_text("<mujoco><worldbody><body></mujoco>")
+    assert "bad.xml" in run([*common, "--scene", str(bad)], tmp_path, capsys)

@@ -29,8 +29,9 @@ def main(argv=None):
     fit.add_argument(
         "--scene",
         required=True,
-        help="sliding_block, bouncing_ball, or module:function, a factory taking keyword parameters and "
-        "returning a Scene (the module importable from the working folder or PYTHONPATH)",
+        help="sliding_block, bouncing_ball, an MJCF model file (.xml; its parameters: mu and restitution of "
+        "every contact), or module:function, a factory taking keyword parameters and returning a Scene (the "
+        "module importable from the working folder or PYTHONPATH)",
     )
     fit.add_argument("--dt", type=_number, required=True, help="the sample spacing, used as the step size (1/240 ok)")
     fit.add_argument("--steps", type=int, default=100, help="optimizer step budget (default 100)")

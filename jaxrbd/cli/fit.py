@@ -1,7 +1,8 @@
 """`jaxrbd fit`: fit the parameters of a scene to a trajectory file (CSV or NPZ).
 
-Two shortcuts (`sliding_block`: mu; `bouncing_ball`: e) and any scene from a
-Python factory (`--scene module:function`, see `run_scene_fit`).
+Two shortcuts (`sliding_block`: mu; `bouncing_ball`: e), any scene from a
+Python factory (`--scene module:function`, see `run_scene_fit`), and an MJCF
+model file (`--scene model.xml`: its mu and restitution, `model_file_factory`).
 """
 
 import importlib
@@ -211,13 +212,48 @@ def parse_number(text):
     raise TrajectoryFileError(f"not a number: {text!r} (a float such as 0.01 or a fraction such as 1/240)")
 
 
+def model_file_factory(path):
+    """A scene factory for an MJCF model file: factory(mu=None, restitution=None) -> the loaded scene with every
+    contact's friction coefficient and restitution set to mu and restitution (None keeps the file's).
+
+    The file is loaded once (`jaxrbd.load_mjcf`); the parameters arrive as traced scalars and replace the
+    system's per-contact arrays, so they are differentiable like a Python factory's.
+    """
+    import equinox as eqx
+    import jax.numpy as jnp
+
+    from ..mjcf import load_mjcf
+
+    try:
+        loaded = load_mjcf(path)
+    except (ValueError, OSError) as err:
+        raise TrajectoryFileError(f"--scene {path!r}: {err}") from None
+
+    def factory(mu=None, restitution=None):
+        system, state = loaded
+        if mu is not None:
+            system = eqx.tree_at(lambda s: s.mu, system, jnp.full_like(system.mu, mu))
+        if restitution is not None:
+            e = jnp.full_like(system.mu, restitution)
+            system = eqx.tree_at(lambda s: s.restitution, system, e, is_leaf=lambda x: x is None)
+        return system, state
+
+    return factory
+
+
 def load_factory(spec):
-    """The callable named by 'module:function' (the module importable from sys.path or the working folder)."""
+    """The scene factory of --scene: a model file (.xml, `model_file_factory`) or the callable named by
+    'module:function' (the module importable from sys.path or the working folder)."""
     import sys
 
+    if isinstance(spec, str) and spec.lower().endswith(".xml"):
+        if not os.path.isfile(spec):
+            raise TrajectoryFileError(f"--scene {spec!r}: no such model file")
+        return model_file_factory(spec)
     if not isinstance(spec, str) or spec.count(":") != 1 or not all(spec.split(":")):
         raise TrajectoryFileError(
-            f"--scene {spec!r}: expected sliding_block, bouncing_ball or module:function (a scene factory)"
+            f"--scene {spec!r}: expected sliding_block, bouncing_ball, a model file (.xml) or module:function "
+            "(a scene factory)"
         )
     module_name, attr = spec.split(":")
     if os.getcwd() not in sys.path and "" not in sys.path:
