@@ -38,13 +38,25 @@ def test_trajectory_file_errors(ball_csv, tmp_path):
         load_trajectory(str(path), "bouncing_ball", 5e-3)
     with pytest.raises(TrajectoryFileError, match=r"missing column\(s\) \['x', 'y'\]"):
         load_trajectory(str(path), "sliding_block", 4e-3)
-    (tmp_path / "data.txt").write_text("t,z\n")
-    with pytest.raises(TrajectoryFileError, match="must end in .csv or .npz"):
-        load_trajectory(str(tmp_path / "data.txt"), "bouncing_ball", 4e-3)
+    (tmp_path / "data.dat").write_text("t,z\n")
+    with pytest.raises(TrajectoryFileError, match=r"must end in .csv, .tsv, .txt or .npz"):
+        load_trajectory(str(tmp_path / "data.dat"), "bouncing_ball", 4e-3)
     # The command line turns these into exit status 2 with the message.
     with pytest.raises(SystemExit) as exit_info:
         main(["fit", str(tmp_path / "nan.csv"), "--scene", "bouncing_ball", "--dt", "0.004", "--out", str(tmp_path)])
     assert exit_info.value.code == 2
+
+
+def test_trajectory_files_with_a_numpy_header_tabs_or_spaces_are_read(tmp_path):
+    """numpy's `savetxt(header="t,z")` writes '# t,z'; tab- and space-separated files have their own lines."""
+    t, z = np.arange(5) * 4e-3, np.linspace(0.5, 0.4, 5)
+    np.savetxt(tmp_path / "hash.csv", np.c_[t, z], delimiter=",", header="t,z")
+    np.savetxt(tmp_path / "tabs.tsv", np.c_[t, z], delimiter="\t", header="t\tz", comments="")
+    np.savetxt(tmp_path / "spaces.txt", np.c_[t, z], header="t z")
+    for name in ("hash.csv", "tabs.tsv", "spaces.txt"):
+        data = load_trajectory(str(tmp_path / name), "bouncing_ball", 4e-3)
+        np.testing.assert_allclose(data["t"], t, rtol=0, atol=1e-15)
+        np.testing.assert_allclose(data["z"], z, rtol=0, atol=1e-15)
 
 
 def test_fit_does_not_overwrite_without_force(ball_csv, tmp_path, capsys):

@@ -25,7 +25,11 @@ def main(argv=None):
         help="fit mu (sliding_block: columns t,x,y), e (bouncing_ball: columns t,z), or the parameters of any "
         "scene factory (--scene module:function --param NAME=VALUE --fit NAME --columns COL=qI) to a CSV or NPZ",
     )
-    fit.add_argument("file", help="trajectory file, .csv with a header row or .npz with one array per column")
+    fit.add_argument(
+        "file",
+        help="trajectory file: .csv, .tsv or .txt with a header row (a leading # is fine; tabs, commas or spaces) "
+        "or .npz with one array per column",
+    )
     fit.add_argument(
         "--scene",
         required=True,

@@ -21,24 +21,36 @@ class TrajectoryFileError(ValueError):
     """A trajectory file that cannot be fitted; the message names the problem."""
 
 
+def _delimiter(line):
+    """The field separator of a text line: a tab, else a comma, else whitespace (None)."""
+    return "\t" if "\t" in line else "," if "," in line else None
+
+
 def read_columns(path):
-    """dict column -> (n,) float array of a CSV (with a header row) or NPZ file; `TrajectoryFileError` otherwise."""
+    """dict column -> (n,) float array of a text file with a header row (.csv, .tsv, .txt) or an NPZ file;
+    `TrajectoryFileError` otherwise.
+
+    Text: the header may start with '#' (numpy's `savetxt(header=...)`); the fields of the header and of the
+    rows are separated by tabs, commas or whitespace, each line's own.
+    """
     if not os.path.isfile(path):
         raise TrajectoryFileError(f"{path}: no such file")
     if path.endswith(".npz"):
         with np.load(path) as f:
             return {k: np.asarray(f[k], dtype=float).reshape(-1) for k in f.files}
-    if path.endswith(".csv"):
+    if path.endswith((".csv", ".tsv", ".txt")):
         with open(path) as f:
-            header = [h.strip() for h in f.readline().strip().split(",")]
+            line = f.readline().strip().lstrip("#").strip()
+            first_row = f.readline()
+        header = [h.strip() for h in line.split(_delimiter(line))]
         try:
-            rows = np.genfromtxt(path, delimiter=",", skip_header=1, ndmin=2)
+            rows = np.genfromtxt(path, delimiter=_delimiter(first_row), skip_header=1, ndmin=2)
         except ValueError as err:
             raise TrajectoryFileError(f"{path}: cannot read the rows: {err}") from None
         if rows.shape[1] != len(header):
             raise TrajectoryFileError(f"{path}: the header has {len(header)} columns, the rows {rows.shape[1]}")
         return {h: rows[:, i] for i, h in enumerate(header)}
-    raise TrajectoryFileError(f"{path}: the file must end in .csv or .npz")
+    raise TrajectoryFileError(f"{path}: the file must end in .csv, .tsv, .txt or .npz")
 
 
 def load_trajectory(path, scene, dt):
