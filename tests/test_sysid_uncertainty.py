@@ -203,6 +203,17 @@ def _fit_throws(inputs, observed, n, start=0.5, **kw):
 WIDTH_BAND = (0.7, 1.3)
 
 
+def _assert_widths_shrink_as_one_over_sqrt_n(label, widths, mus):
+    """The 95% widths of 1, 3 and 10 throws: w_n sqrt(n) / w_1 within WIDTH_BAND; mu of 10 throws within 1%."""
+    print(
+        f"\n{label}, mu: {mus}; 95% widths: {widths}; w_n sqrt(n) / w_1: "
+        f"{[round(widths[n] * math.sqrt(n) / widths[1], 3) for n in (3, 10)]}"
+    )
+    for n in (3, 10):
+        assert WIDTH_BAND[0] <= widths[n] * math.sqrt(n) / widths[1] <= WIDTH_BAND[1]
+    assert abs(mus[10] / MU - 1) <= 0.01
+
+
 @pytest.mark.slow
 def test_ten_throws_interval_shrinks_as_one_over_sqrt_n(throws):
     """mu from 1, 3 and 10 throws fitted together (1 mm noise): the width times sqrt(n) is constant.
@@ -224,13 +235,7 @@ def test_ten_throws_interval_shrinks_as_one_over_sqrt_n(throws):
             f"\n{n} throws: mu = {float(result.params['mu']):.6f} in [{lo:.6f}, {hi:.6f}], {result.steps} steps, "
             f"RMS residual {result.uncertainty.rms:.2e} (noise {NOISE})"
         )
-    print(
-        f"\nmu: {mus}; 95% widths: {widths}; w_n sqrt(n) / w_1: "
-        f"{[round(widths[n] * math.sqrt(n) / widths[1], 3) for n in (3, 10)]}"
-    )
-    for n in (3, 10):
-        assert WIDTH_BAND[0] <= widths[n] * math.sqrt(n) / widths[1] <= WIDTH_BAND[1]
-    assert abs(mus[10] / MU - 1) <= 0.01
+    _assert_widths_shrink_as_one_over_sqrt_n("planar box", widths, mus)
 
 
 def _cube(p, inputs):
@@ -277,13 +282,7 @@ def test_ten_throws_of_a_cube_in_three_dimensions():
         lo, hi = result.interval["mu"]
         widths[n], mus[n] = float(hi - lo), float(result.params["mu"])
         assert result.uncertainty.m == 2 * n * (STEPS + 1) and result.uncertainty.rms <= 1.2 * NOISE
-    print(
-        f"\ncube, mu: {mus}; 95% widths: {widths}; w_n sqrt(n) / w_1: "
-        f"{[round(widths[n] * math.sqrt(n) / widths[1], 3) for n in (3, 10)]}"
-    )
-    for n in (3, 10):
-        assert WIDTH_BAND[0] <= widths[n] * math.sqrt(n) / widths[1] <= WIDTH_BAND[1]
-    assert abs(mus[10] / MU - 1) <= 0.01
+    _assert_widths_shrink_as_one_over_sqrt_n("cube", widths, mus)
 
 
 @pytest.mark.slow
