@@ -1266,7 +1266,8 @@ def violation_residuals(system, q, v=None, *, dt, t0=0.0, scheme=None, cone=None
         dense solves, and on jaxlib 0.10.2's CPU backend two batched LAPACK kernels
         running at once can each wait for the other's share of the 2-thread pool
         (a deadlock, seen every time on P2's four balls; a gdb stack shows both
-        threads in `ParallelBatchMap`). One step at a time also ran faster there.
+        threads in `ParallelBatchMap`). The price: value and gradient on a 40-step
+        planar block cost 7.0 ms instead of 2.1 ms.
     """
     from .stepping import StewartTrinkle
 
