@@ -9,18 +9,29 @@ import pytest
 
 import jaxrbd as rbd
 from jaxrbd.cli import main
-from jaxrbd.cli.fit import TrajectoryFileError, load_trajectory
+from jaxrbd.cli.fit import TrajectoryFileError, load_trajectory, sliding_block_factory
+from jaxrbd.foreign import rigid_bounces
+
+E_TRUE = 0.7
 
 
 @pytest.fixture(scope="module")
 def ball_csv(tmp_path_factory):
-    """Heights of a ball bouncing with e = 0.7 at dt = 4 ms, with 1 mm noise."""
-    scene = rbd.scenes.bouncing_ball(0.7, height=0.5)
-    z = np.asarray(rbd.simulate(*scene, dt=4e-3, steps=300, restitution=rbd.Newton()).q[:, 2])
-    z = z + 1e-3 * np.asarray(jax.random.normal(jax.random.PRNGKey(4), z.shape))
+    """Exact heights of a rigid ball (radius 0.1) dropped from z = 0.6 with e = 0.7, at dt = 4 ms, 1 mm noise."""
+    t = np.arange(301) * 4e-3
+    z = rigid_bounces(t, E_TRUE, 0.6, 0.0, radius=0.1, gravity=9.81)
+    z = z + 1e-3 * np.random.default_rng(4).standard_normal(z.shape)
     path = tmp_path_factory.mktemp("data") / "ball.csv"
-    np.savetxt(path, np.c_[np.arange(301) * 4e-3, z], delimiter=",", header="t,z", comments="")
+    np.savetxt(path, np.c_[t, z], delimiter=",", header="t,z", comments="")
     return path, z
+
+
+def sliding_xy(t, *, mu, v0, start, g):
+    """Exact centre of a box sliding on level ground from `start` at velocity v0 under Coulomb friction: it
+    decelerates at mu g along its heading until it stops (BENCHMARKS.md)."""
+    speed = np.linalg.norm(v0)
+    s = np.minimum(t, speed / (mu * g))
+    return np.asarray(start) + np.outer(speed * s - 0.5 * mu * g * s * s, np.asarray(v0) / speed)
 
 
 def test_trajectory_file_errors(ball_csv, tmp_path):
@@ -69,13 +80,97 @@ def test_fit_does_not_overwrite_without_force(ball_csv, tmp_path, capsys):
     assert (tmp_path / "fit.json").read_text() == "{}"
 
 
+def test_uneven_times_are_an_error_or_resampled(tmp_path):
+    """Times off the --dt grid: an error that names --resample, or with it the columns on the grid."""
+    t = np.array([0.0, 0.011, 0.019, 0.032, 0.04, 0.0495])
+    np.savetxt(tmp_path / "uneven.csv", np.c_[t, 2.0 + 3.0 * t], delimiter=",", header="t,z", comments="")
+    with pytest.raises(TrajectoryFileError, match=r"rows 2 and 3 are 0.013 apart \(pass --resample"):
+        load_trajectory(str(tmp_path / "uneven.csv"), "bouncing_ball", 0.01)
+    data = load_trajectory(str(tmp_path / "uneven.csv"), "bouncing_ball", 0.01, resample=True)
+    np.testing.assert_allclose(data["t"], [0.0, 0.01, 0.02, 0.03, 0.04], rtol=0, atol=1e-15)
+    np.testing.assert_allclose(data["z"], 2.0 + 3.0 * data["t"], rtol=0, atol=1e-14)  # linear data: exact
+    np.savetxt(tmp_path / "back.csv", np.c_[t[::-1], t], delimiter=",", header="t,z", comments="")
+    with pytest.raises(TrajectoryFileError, match="--resample needs increasing times"):
+        load_trajectory(str(tmp_path / "back.csv"), "bouncing_ball", 0.01, resample=True)
+
+
+def test_shortcut_options_are_checked_and_kept_to_their_scenes(ball_csv, tmp_path, capsys):
+    path, _ = ball_csv
+
+    def error(*args):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["fit", str(path), "--dt", "0.004", "--out", str(tmp_path), *args])
+        assert exit_info.value.code == 2
+        return capsys.readouterr().err
+
+    assert "--radius: only for the shortcut scenes" in error("--scene", "jaxrbd.scenes:bouncing_ball", "--radius", "1")
+    assert "--param, --fit: not for the shortcut scene" in error(
+        "--scene", "bouncing_ball", "--param", "e=1", "--fit", "e"
+    )
+    assert "--mass must be > 0, got -1.0" in error("--scene", "bouncing_ball", "--mass", "-1")
+    assert "--gravity must be > 0" in error("--scene", "bouncing_ball", "--gravity", "0")
+    assert "start height z = 0.05 must exceed the ball's radius 0.1" in error(
+        "--scene", "bouncing_ball", "--start", "0.05"
+    )
+    assert "--substeps must be an integer >= 1, got 0" in error("--scene", "bouncing_ball", "--substeps", "0")
+    np.savetxt(
+        tmp_path / "xy.csv",
+        np.c_[np.arange(5) * 4e-3, np.zeros(5), np.zeros(5)],
+        delimiter=",",
+        header="t,x,y",
+        comments="",
+    )
+    common = [str(tmp_path / "xy.csv"), "--dt", "0.004", "--out", str(tmp_path), "--scene", "sliding_block"]
+    with pytest.raises(SystemExit):
+        main(["fit", *common, "--half-extents", "0.1,0.1"])
+    assert "--half-extents takes three lengths HX,HY,HZ" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["fit", *common, "--start", "1"])
+    assert "--start for sliding_block takes the position X,Y" in capsys.readouterr().err
+
+
+def test_the_sliding_block_factory_is_differentiable_at_rest():
+    """The shortcut sets the velocity on the state, not as a speed and heading: finite gradients from rest."""
+    factory = sliding_block_factory(half_extents=(0.05, 0.1, 0.02), mass=2.0, gravity=5.0)
+
+    def x_end(v):
+        return rbd.simulate(*factory(0.3, v[0], v[1], 0.1, -0.2), dt=0.01, steps=3).q[-1, :2]
+
+    jac = jax.jacobian(x_end)(jnp.zeros(2))
+    assert np.all(np.isfinite(jac))
+    np.testing.assert_allclose(x_end(jnp.zeros(2)), [0.1, -0.2], rtol=0, atol=1e-12)  # at rest it stays
+
+
 @pytest.mark.slow
 def test_fit_command_recovers_restitution(ball_csv, tmp_path):
+    """The ball shortcut with its defaults (start height fitted, located bounce) on exact rigid bounces."""
     path, _ = ball_csv
-    main(["fit", str(path), "--scene", "bouncing_ball", "--dt", "0.004", "--out", str(tmp_path)])
+    main(["fit", str(path), "--scene", "bouncing_ball", "--dt", "0.004", "--noise", "1e-3", "--out", str(tmp_path)])
     result = json.loads((tmp_path / "fit.json").read_text())
-    assert abs(result["params"]["e"] / 0.7 - 1) <= 0.01
+    lo, hi = result["interval"]["e"]
+    assert abs(result["params"]["e"] / E_TRUE - 1) <= 1e-3 and lo < E_TRUE < hi
+    z_lo, z_hi = result["interval"]["z"]
+    print(f"\nbouncing_ball: e = {result['params']['e']:.6f} [{lo:.6f}, {hi:.6f}], z = [{z_lo:.6f}, {z_hi:.6f}]")
+    assert z_lo < 0.6 < z_hi  # the drop height, fitted from the first noisy sample
     assert (tmp_path / "fit.png").stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_fit_command_takes_the_blocks_geometry_mass_gravity_and_resamples(tmp_path):
+    """The block shortcut with every option: a 0.1 x 0.2 x 0.06 box of 2 kg under g = 5, times jittered by up to
+    2 ms off the 10 ms grid (--resample), 2 steps per sample, 1 mm noise; exact Coulomb sliding."""
+    rng = np.random.default_rng(7)
+    t = np.arange(81) * 0.01 + np.r_[0.0, rng.uniform(-2e-3, 2e-3, 80)]
+    xy = sliding_xy(t, mu=0.4, v0=(0.6, -0.8), start=(0.2, 0.1), g=5.0) + 1e-3 * rng.standard_normal((81, 2))
+    np.savetxt(tmp_path / "block.tsv", np.c_[t, xy], delimiter="\t", header="t\tx\ty")
+    args = ["--scene", "sliding_block", "--dt", "1/100", "--half-extents", "0.05,0.1,0.03", "--mass", "2"]
+    args += ["--gravity", "5", "--substeps", "2", "--resample", "--noise", "1e-3", "--out", str(tmp_path)]
+    main(["fit", str(tmp_path / "block.tsv"), *args])
+    result = json.loads((tmp_path / "fit.json").read_text())
+    lo, hi = result["interval"]["mu"]
+    print(f"\nsliding_block: mu = {result['params']['mu']:.6f} [{lo:.6f}, {hi:.6f}], {result['seconds']:.1f} s")
+    assert abs(result["params"]["mu"] / 0.4 - 1) <= 0.02 and lo < 0.4 < hi
+    assert result["substeps"] == 2 and set(result["params"]) == {"mu", "vx", "vy", "x", "y"}
 
 
 @pytest.mark.slow

@@ -37,9 +37,34 @@ def main(argv=None):
         "every contact), or module:function, a factory taking keyword parameters and returning a Scene (the "
         "module importable from the working folder or PYTHONPATH)",
     )
-    fit.add_argument("--dt", type=_number, required=True, help="the sample spacing, used as the step size (1/240 ok)")
+    fit.add_argument(
+        "--dt", type=_number, required=True, help="the sample spacing (1/240 ok); the step is --dt / --substeps"
+    )
     fit.add_argument("--steps", type=int, default=100, help="optimizer step budget (default 100)")
-    fit.add_argument("--radius", type=float, default=0.1, help="bouncing_ball: the ball's radius (default 0.1)")
+    shortcut = fit.add_argument_group(
+        "the shortcut scenes",
+        "sliding_block: a box on the table z = 0 (four corner contacts, elliptic cone) fitted for mu and its start "
+        "velocity to columns t,x,y; bouncing_ball: a ball above it (located Newton bounce) fitted for e, its "
+        "start vertical velocity and height to columns t,z. Units: m, kg, s.",
+    )
+    shortcut.add_argument(
+        "--half-extents",
+        type=_numbers,
+        default=None,
+        metavar="HX,HY,HZ",
+        help="sliding_block: the box's half extents (default 0.1,0.1,0.02: a 0.2 x 0.2 x 0.04 plate)",
+    )
+    shortcut.add_argument("--radius", type=_number, default=None, help="bouncing_ball: the radius (default 0.1)")
+    shortcut.add_argument("--mass", type=_number, default=None, help="the body's mass (default 1)")
+    shortcut.add_argument("--gravity", type=_number, default=None, help="g along -z (default 9.81)")
+    shortcut.add_argument(
+        "--start",
+        type=_numbers,
+        default=None,
+        metavar="X,Y|Z",
+        help="the start position, held: the block's centre X,Y or the ball's centre height Z (default: fitted, from "
+        "the first sample)",
+    )
     fit.add_argument(
         "--param",
         action="append",
@@ -55,7 +80,23 @@ def main(argv=None):
         help="map file columns to simulated coordinates: COL=qI (position coordinate I) or COL=vI (velocity)",
     )
     fit.add_argument(
-        "--impact", choices=("none", "newton", "poisson"), default="none", help="the impact law (default none)"
+        "--impact",
+        choices=("none", "newton", "located", "poisson"),
+        default=None,
+        help="module:function and .xml scenes: the impact law (default none; located: Newton's with the impact "
+        "time located in the step)",
+    )
+    fit.add_argument(
+        "--substeps",
+        type=int,
+        default=1,
+        help="simulation steps per sample: the step is --dt / SUBSTEPS (default 1)",
+    )
+    fit.add_argument(
+        "--resample",
+        action="store_true",
+        help="interpolate the columns linearly onto a grid of --dt when the t column is not spaced by --dt "
+        "(default: an error)",
     )
     fit.add_argument("--noise", type=float, default=None, help="the data's noise level, reported beside the RMS")
     fit.add_argument("--out", default="out", help="output folder for fit.json and fit.png (default: out)")
@@ -99,7 +140,15 @@ def main(argv=None):
         from .fit import TrajectoryFileError, run_fit, run_scene_fit
 
         try:
+            shortcut = {
+                k: getattr(args, k)
+                for k in ("half_extents", "radius", "mass", "gravity", "start")
+                if getattr(args, k) is not None
+            }
+            general = [k for k in ("param", "fit_names", "columns", "impact") if getattr(args, k)]
             if args.scene in ("sliding_block", "bouncing_ball"):
+                if general:
+                    raise TrajectoryFileError(f"{_flags(general)}: not for the shortcut scene {args.scene}")
                 run_fit(
                     args.file,
                     scene=args.scene,
@@ -107,9 +156,17 @@ def main(argv=None):
                     out=args.out,
                     force=args.force,
                     steps=args.steps,
-                    radius=args.radius,
+                    substeps=args.substeps,
+                    resample=args.resample,
+                    noise=args.noise,
+                    **shortcut,
                 )
             else:
+                if shortcut:
+                    raise TrajectoryFileError(
+                        f"{_flags(shortcut)}: only for the shortcut scenes sliding_block and bouncing_ball; "
+                        "a factory takes its own --param NAME=VALUE"
+                    )
                 run_scene_fit(
                     args.file,
                     scene=args.scene,
@@ -120,7 +177,9 @@ def main(argv=None):
                     columns=args.columns,
                     force=args.force,
                     steps=args.steps,
-                    impact=args.impact,
+                    impact=args.impact or "none",
+                    substeps=args.substeps,
+                    resample=args.resample,
                     noise=args.noise,
                 )
         except (TrajectoryFileError, FileExistsError) as err:
@@ -159,3 +218,14 @@ def _number(text):
         return parse_number(text)
     except TrajectoryFileError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def _numbers(text):
+    """argparse type: comma-separated floats or fractions, '0.1,0.1,0.02'."""
+    return tuple(_number(part) for part in text.split(","))
+
+
+def _flags(names):
+    """'--half-extents, --fit' from argparse destinations."""
+    flag = {"fit_names": "fit"}
+    return ", ".join("--" + flag.get(k, k).replace("_", "-") for k in names)

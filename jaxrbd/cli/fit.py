@@ -1,8 +1,10 @@
 """`jaxrbd fit`: fit the parameters of a scene to a trajectory file (CSV or NPZ).
 
-Two shortcuts (`sliding_block`: mu; `bouncing_ball`: e), any scene from a
-Python factory (`--scene module:function`, see `run_scene_fit`), and an MJCF
-model file (`--scene model.xml`: its mu and restitution, `model_file_factory`).
+Two shortcuts (`sliding_block`: mu; `bouncing_ball`: e; their geometry, mass,
+gravity and start position are options, see `run_fit`), any scene from a Python
+factory (`--scene module:function`, see `run_scene_fit`), and an MJCF model file
+(`--scene model.xml`: its mu and restitution, `model_file_factory`). All of them
+are fitted by `fit_scene`.
 """
 
 import importlib
@@ -53,11 +55,13 @@ def read_columns(path):
     raise TrajectoryFileError(f"{path}: the file must end in .csv, .tsv, .txt or .npz")
 
 
-def load_trajectory(path, scene, dt):
-    """The columns `COLUMNS[scene]` of a CSV (with a header) or NPZ file, checked.
+def load_trajectory(path, scene, dt, *, resample=False):
+    """The columns `COLUMNS[scene]` (or the list `scene`) of a CSV or NPZ file, checked.
 
-    Raises `TrajectoryFileError` for a missing file or column, NaN or inf, fewer
-    than 3 samples, or sample times not spaced by dt.
+    Raises `TrajectoryFileError` for a missing file or column, NaN or inf, or
+    fewer than 3 samples. A `t` column must be spaced by dt to `DT_RTOL` of dt;
+    with `resample`, it need only increase, and every column is interpolated
+    linearly onto t[0] + k dt, k = 0, 1, ... up to the last sample.
     """
     need = COLUMNS[scene] if isinstance(scene, str) else tuple(scene)
     data = read_columns(path)
@@ -79,111 +83,164 @@ def load_trajectory(path, scene, dt):
             raise TrajectoryFileError(f"{path}: column {c!r} has NaN or inf in row(s) {bad[:5].tolist()}")
     if "t" not in cols:
         return cols
-    steps = np.diff(cols["t"])
-    if not np.allclose(steps, dt, rtol=DT_RTOL, atol=0.0):
+    t = cols["t"]
+    steps = np.diff(t)
+    if np.allclose(steps, dt, rtol=DT_RTOL, atol=0.0):
+        return cols
+    if not resample:
         i = int(np.argmax(np.abs(steps - dt)))
         raise TrajectoryFileError(
-            f"{path}: the time step must be --dt = {dt} in every row; rows {i} and {i + 1} are {steps[i]:.6g} apart"
+            f"{path}: the time step must be --dt = {dt} in every row; rows {i} and {i + 1} are {steps[i]:.6g} "
+            "apart (pass --resample to interpolate the columns onto a grid of --dt)"
         )
-    return cols
+    if not np.all(steps > 0):
+        i = int(np.argmin(steps))
+        raise TrajectoryFileError(f"{path}: --resample needs increasing times; rows {i} and {i + 1} are not")
+    grid = t[0] + dt * np.arange(int(np.floor((t[-1] - t[0]) / dt * (1 + DT_RTOL))) + 1)
+    if len(grid) < 3:
+        raise TrajectoryFileError(f"{path}: resampled at --dt = {dt}, the file spans only {len(grid)} samples")
+    return {c: grid if c == "t" else np.interp(grid, t, v) for c, v in cols.items()}
 
 
-def _sliding_block(data, dt):
+# --- the two shortcut scenes ---------------------------------------------------------------------------
+
+SHORTCUT_DEFAULTS = {"half_extents": (0.1, 0.1, 0.02), "radius": 0.1, "mass": 1.0, "gravity": 9.81, "substeps": 1}
+
+
+def sliding_block_factory(*, half_extents=SHORTCUT_DEFAULTS["half_extents"], mass=1.0, gravity=9.81):
+    """The `sliding_block` scene: factory(mu, vx, vy, x, y) -> a box of these half extents (m) and mass (kg)
+    resting on the table z = 0 under gravity (m/s^2, along -z), its centre at (x, y), sliding at (vx, vy).
+
+    Four corner contacts with the elliptic cone (`scenes.block_on_incline(angle=0)`). The velocity is set on
+    the state, not as a speed and a heading, so the factory stays differentiable at rest.
+    """
+    import equinox as eqx
     import jax.numpy as jnp
 
     from .. import scenes
     from ..cones import EllipticCone
-    from ..stepping import simulate
 
-    xy = np.stack([data["x"], data["y"]], axis=1)
-    steps = len(xy) - 1
-    v0 = (xy[1] - xy[0]) / dt
+    half_extents = np.asarray(half_extents, dtype=float)
 
-    def predict(p):
-        speed = jnp.sqrt(p["vx"] ** 2 + p["vy"] ** 2)
-        heading = jnp.arctan2(p["vy"], p["vx"])
-        scene = scenes.block_on_incline(
-            angle=0.0,
-            mu=p["mu"],
-            speed=speed,
-            heading=heading,
-            half_extents=jnp.array([0.1, 0.1, 0.02]),
-            friction=EllipticCone(),
+    def factory(mu, vx, vy, x, y):
+        system, state = scenes.block_on_incline(
+            angle=0.0, mu=mu, mass=mass, half_extents=half_extents, friction=EllipticCone(), gravity=gravity
         )
-        return simulate(*scene, dt=dt, steps=steps).q[:, :2] + jnp.asarray(xy[0])
+        q = state.q.at[:2].set(jnp.stack([x, y]))
+        v = state.v.at[:2].set(jnp.stack([vx, vy]))
+        return system, eqx.tree_at(lambda s: (s.q, s.v), state, (q, v))
 
-    return xy, predict, {"mu": 0.5, "vx": float(v0[0]), "vy": float(v0[1])}, "mu"
+    return factory
 
 
-def _bouncing_ball(data, dt, radius):
+def bouncing_ball_factory(*, radius=SHORTCUT_DEFAULTS["radius"], mass=1.0, gravity=9.81):
+    """The `bouncing_ball` scene: factory(e, vz, z) -> a ball of this radius (m) and mass (kg) above the table
+    z = 0, its centre at height z moving up at vz, bouncing with restitution e under gravity (m/s^2, along -z)."""
     import jax.numpy as jnp
 
     from .. import scenes
-    from ..stepping import Newton, simulate
 
-    z = data["z"][:, None]
-    steps = len(z) - 1
-    if not z[0, 0] > radius:
-        raise TrajectoryFileError(f"the first height z = {z[0, 0]} must exceed the ball's radius {radius}")
+    def factory(e, vz, z):
+        velocity = jnp.stack([jnp.zeros_like(vz), jnp.zeros_like(vz), vz])
+        return scenes.bouncing_ball(e, height=z - radius, radius=radius, mass=mass, gravity=gravity, velocity=velocity)
 
-    def predict(p):
-        scene = scenes.bouncing_ball(
-            p["e"], height=float(z[0, 0]) - radius, radius=radius, velocity=jnp.stack([0.0, 0.0, p["vz"]])
-        )
-        return simulate(*scene, dt=dt, steps=steps, restitution=Newton()).q[:, 2:3]
-
-    return z, predict, {"e": 0.5, "vz": float((z[1, 0] - z[0, 0]) / dt)}, "e"
+    return factory
 
 
-def run_fit(path, *, scene, dt, out, force=False, steps=100, radius=0.1):
-    """Fit the file's trajectory; write `out/fit.json` and `out/fit.png`; return the fitted parameters."""
-    import jax.numpy as jnp
+def _positive(name, value):
+    if not (np.all(np.isfinite(value)) and np.all(np.asarray(value) > 0)):
+        raise TrajectoryFileError(f"--{name.replace('_', '-')} must be > 0, got {value}")
 
-    from ..sysid import Free, Interval, Positive, fit, trajectory_loss
 
-    if not dt > 0:
-        raise TrajectoryFileError(f"--dt must be > 0, got {dt}")
-    result_path = os.path.join(out, "fit.json")
-    if os.path.exists(result_path) and not force:
-        raise FileExistsError(f"{result_path} exists; pass --force to overwrite it")
-    data = load_trajectory(path, scene, dt)
+def _shortcut(scene, data, dt, *, half_extents, radius, mass, gravity, start):
+    """(factory, start values, fitted names, bounds, column map, impact law) of a shortcut scene and its data.
+
+    The start values: mu or e 0.5 and the velocity from the first two samples, all fitted; the position
+    `start`, held, or when None the first sample, fitted (a noisy first sample would bias the coefficient).
+    """
+    from ..stepping import Newton
+    from ..sysid import Free, Interval, Positive
+
+    _positive("mass", mass)
+    _positive("gravity", gravity)
     if scene == "sliding_block":
-        observed, predict, start, main = _sliding_block(data, dt)
-        bounds = {"mu": Positive(), "vx": Free(), "vy": Free()}
-    else:
-        observed, predict, start, main = _bouncing_ball(data, dt, radius)
-        bounds = {"e": Interval(0.0, 1.0), "vz": Free()}
-    observed = jnp.asarray(observed)
-    import optax
+        _positive("half_extents", np.asarray(half_extents, dtype=float))
+        if np.shape(half_extents) != (3,):
+            raise TrajectoryFileError(f"--half-extents takes three lengths HX,HY,HZ, got {half_extents}")
+        xy = np.stack([data["x"], data["y"]], axis=1)
+        x0 = xy[0] if start is None else np.asarray(start, dtype=float)
+        if np.shape(x0) != (2,):
+            raise TrajectoryFileError(f"--start for sliding_block takes the position X,Y, got {start}")
+        v0 = (xy[1] - xy[0]) / dt
+        values = {"mu": 0.5, "vx": float(v0[0]), "vy": float(v0[1]), "x": float(x0[0]), "y": float(x0[1])}
+        bounds = {"mu": Positive(), "vx": Free(), "vy": Free(), "x": Free(), "y": Free()}
+        factory = sliding_block_factory(half_extents=half_extents, mass=mass, gravity=gravity)
+        names = ["mu", "vx", "vy"] + (["x", "y"] if start is None else [])
+        return factory, values, names, bounds, [("x", "q", 0), ("y", "q", 1)], None
+    _positive("radius", radius)
+    z = data["z"]
+    z0 = float(z[0] if start is None else np.asarray(start, dtype=float).reshape(()))
+    if not z0 > radius:
+        raise TrajectoryFileError(f"the start height z = {z0} must exceed the ball's radius {radius}")
+    values = {"e": 0.5, "vz": float((z[1] - z[0]) / dt), "z": z0}
+    bounds = {"e": Interval(0.0, 1.0), "vz": Free(), "z": Free()}
+    factory = bouncing_ball_factory(radius=radius, mass=mass, gravity=gravity)
+    names = ["e", "vz"] + (["z"] if start is None else [])
+    return factory, values, names, bounds, [("z", "q", 2)], Newton(locate=True)
 
-    # L-BFGS: the initial velocity is fitted with the coefficient, and the two are coupled.
-    result = fit(
-        lambda p: trajectory_loss(predict(p), observed),
-        start,
-        bounds=bounds,
-        optimizer=optax.lbfgs(),
-        steps=steps,
-        param_rtol=1e-7,
-        desc=scene,
+
+def run_fit(
+    path,
+    *,
+    scene,
+    dt,
+    out,
+    force=False,
+    steps=50,
+    half_extents=SHORTCUT_DEFAULTS["half_extents"],
+    radius=SHORTCUT_DEFAULTS["radius"],
+    mass=SHORTCUT_DEFAULTS["mass"],
+    gravity=SHORTCUT_DEFAULTS["gravity"],
+    start=None,
+    substeps=SHORTCUT_DEFAULTS["substeps"],
+    resample=False,
+    noise=None,
+):
+    """Fit a shortcut scene (`sliding_block`: mu, `bouncing_ball`: e, each with its start velocity) to the
+    file's `t,x,y` or `t,z` columns; write `out/fit.json` and `out/fit.png`; return the fitted values.
+
+    The scenes are `sliding_block_factory` and `bouncing_ball_factory` (the ball with the located Newton
+    bounce), built from the geometry, mass and gravity given; see `_shortcut` for the start values and
+    `fit_scene` for the fit.
+    """
+    _check_output(out, force, dt)
+    data = load_trajectory(path, scene, dt, resample=resample)
+    factory, values, names, bounds, mapping, impact = _shortcut(
+        scene,
+        data,
+        dt,
+        half_extents=half_extents,
+        radius=radius,
+        mass=mass,
+        gravity=gravity,
+        start=start,
     )
-    params = {k: float(v) for k, v in result.params.items()}
-    os.makedirs(out, exist_ok=True)
-    with open(result_path, "w") as f:
-        summary = dict(
-            scene=scene,
-            file=path,
-            params=params,
-            steps=result.steps,
-            converged=result.converged,
-            loss=float(result.loss),
-            seconds=result.seconds,
-        )
-        json.dump(summary, f, indent=2)
-    _plot(data, observed, np.asarray(predict(result.params)), result, os.path.join(out, "fit.png"))
-    print(f"{scene}: {main} = {params[main]:.6g}; all: {params}")
-    print(f"{result.steps} steps, best loss {result.loss:.3e} (step {result.best_step}), {result.seconds:.1f} s")
-    print(f"wrote {result_path} and {os.path.join(out, 'fit.png')}")
-    return params
+    return fit_scene(
+        factory,
+        values,
+        names,
+        data,
+        mapping,
+        dt=dt,
+        out=out,
+        label=scene,
+        path=path,
+        bounds=bounds,
+        restitution=impact,
+        substeps=substeps,
+        steps=steps,
+        noise=noise,
+    )
 
 
 def _plot(data, observed, fitted, result, path):
@@ -327,6 +384,14 @@ def parse_columns(text, nq, nv):
     return out
 
 
+def _check_output(out, force, dt):
+    if not dt > 0:
+        raise TrajectoryFileError(f"--dt must be > 0, got {dt}")
+    result_path = os.path.join(out, "fit.json")
+    if os.path.exists(result_path) and not force:
+        raise FileExistsError(f"{result_path} exists; pass --force to overwrite it")
+
+
 def run_scene_fit(
     path,
     *,
@@ -339,31 +404,24 @@ def run_scene_fit(
     force=False,
     steps=50,
     impact="none",
+    substeps=1,
+    resample=False,
     noise=None,
 ):
     """Fit the parameters `fit_names` of the scene `factory(**params)` to the file's columns.
 
-    The factory takes the parameters as keyword arguments (every `--param` must
-    be one of them) and returns a `Scene` (or a (system, state) pair); the fitted
-    ones arrive as traced scalars. The simulated q and v coordinates named in
-    `columns` ('x=q0,z=q2,vz=v2') are compared with the file's columns, over
-    len(file) - 1 steps of dt from the factory's state, by Levenberg-Marquardt
-    (`jaxrbd.sysid.fit` with residuals). A fitted parameter that starts > 0 is
-    fitted in log space (`Positive()`), one that starts <= 0 unbounded.
-    Writes `out/fit.json` (values, standard deviations, 95% intervals,
-    identifiability, loss) and `out/fit.png` (data vs fit); returns the fitted
+    The factory (`load_factory(scene)`) takes the parameters as keyword arguments
+    (every `--param` must be one of them) and returns a `Scene` (or a (system,
+    state) pair); the fitted ones arrive as traced scalars. The simulated q and v
+    coordinates named in `columns` ('x=q0,z=q2,vz=v2') are compared with the
+    file's columns (`fit_scene`). A fitted parameter that starts > 0 is fitted in
+    log space (`Positive()`), one that starts <= 0 unbounded. Returns the fitted
     values.
     """
-    import jax.numpy as jnp
+    from ..stepping import Newton, Poisson
+    from ..sysid import Free, Positive
 
-    from ..stepping import Newton, Poisson, simulate
-    from ..sysid import Free, LevenbergMarquardt, Positive, _problem, fit
-
-    if not dt > 0:
-        raise TrajectoryFileError(f"--dt must be > 0, got {dt}")
-    result_path = os.path.join(out, "fit.json")
-    if os.path.exists(result_path) and not force:
-        raise FileExistsError(f"{result_path} exists; pass --force to overwrite it")
+    _check_output(out, force, dt)
     factory = load_factory(scene)
     start = parse_params(params, factory, scene)
     names = [s.strip() for s in (fit_names or "").split(",") if s.strip()]
@@ -374,44 +432,92 @@ def run_scene_fit(
         raise TrajectoryFileError(
             f"--fit {unknown}: give each fitted parameter a starting value with --param NAME=VALUE"
         )
-    fixed = {k: v for k, v in start.items() if k not in names}
     try:
-        built = factory(**start)
-        system, state = built
+        system, state = factory(**start)
     except TrajectoryFileError:
         raise
     except Exception as err:
         raise TrajectoryFileError(f"--scene {scene}: the factory failed with {start}: {err}") from None
     mapping = parse_columns(columns, np.shape(state.q)[0], np.shape(state.v)[0])
-    data = load_trajectory(path, [c for c, _, _ in mapping] + (["t"] if "t" in read_columns(path) else []), dt)
+    need = [c for c, _, _ in mapping] + (["t"] if "t" in read_columns(path) else [])
+    data = load_trajectory(path, need, dt, resample=resample)
+    return fit_scene(
+        factory,
+        start,
+        names,
+        data,
+        mapping,
+        dt=dt,
+        out=out,
+        label=scene,
+        path=path,
+        bounds={k: Positive() if start[k] > 0 else Free() for k in names},
+        restitution={"none": None, "newton": Newton(), "located": Newton(locate=True), "poisson": Poisson()}[impact],
+        substeps=substeps,
+        steps=steps,
+        noise=noise,
+    )
+
+
+def fit_scene(
+    factory,
+    values,
+    names,
+    data,
+    mapping,
+    *,
+    dt,
+    out,
+    label,
+    path,
+    bounds,
+    restitution=None,
+    substeps=1,
+    steps=50,
+    noise=None,
+):
+    """Fit `names` of `factory(**values)` to the columns of `data` by Levenberg-Marquardt; write the fit.
+
+    The simulation runs (len(data) - 1) * substeps steps of dt / substeps from the
+    factory's state and is sampled every `substeps` steps; the simulated
+    coordinates `mapping` [(column, 'q' or 'v', index)] are compared with the
+    columns (`jaxrbd.sysid.fit` with residuals; `bounds` per fitted name).
+    Writes `out/fit.json` (values, standard deviations, 95% intervals,
+    identifiability, RMS, loss) and `out/fit.png` (data vs fit); prints them and
+    returns the fitted values.
+    """
+    import jax.numpy as jnp
+
+    from ..stepping import simulate
+    from ..sysid import LevenbergMarquardt, _problem, fit
+
+    if not (isinstance(substeps, int) and substeps >= 1):
+        raise TrajectoryFileError(f"--substeps must be an integer >= 1, got {substeps!r}")
+    fixed = {k: v for k, v in values.items() if k not in names}
     observed = jnp.asarray(np.stack([data[c] for c, _, _ in mapping], axis=1))
     n = observed.shape[0]
-    restitution = {"none": None, "newton": Newton(), "poisson": Poisson()}[impact]
-
-    def predict(p):
-        system, state = factory(**fixed, **p)
-        traj = simulate(system, state, dt=dt, steps=n - 1, restitution=restitution)
-        return jnp.stack([(traj.q if kind == "q" else traj.v)[:, i] for _, kind, i in mapping], axis=1)
 
     def residuals(p, obs):
-        return predict(p) - obs
+        system, state = factory(**fixed, **p)
+        traj = simulate(system, state, dt=dt / substeps, steps=(n - 1) * substeps, restitution=restitution)
+        q, v = traj.q[::substeps], traj.v[::substeps]
+        return jnp.stack([(q if kind == "q" else v)[:, i] for _, kind, i in mapping], axis=1) - obs
 
-    bounds = {k: Positive() if start[k] > 0 else Free() for k in names}
     result = fit(
         residuals=residuals,
-        params={k: start[k] for k in names},
+        params={k: values[k] for k in names},
         data=observed,
-        bounds=bounds,
+        bounds={k: bounds[k] for k in names},
         optimizer=LevenbergMarquardt(),
         steps=steps,
         param_rtol=1e-9,
         noise=noise,
-        desc=f"fit {','.join(names)}",
+        desc=f"{label}: fit {','.join(names)}",
     )
     fitted = {k: float(v) for k, v in result.params.items()}
     u = result.uncertainty
     summary = dict(
-        scene=scene,
+        scene=label,
         file=path,
         params=fitted,
         fixed=fixed,
@@ -421,12 +527,15 @@ def run_scene_fit(
         level=0.95,
         rms=float(u.rms),
         columns={c: f"{kind}{i}" for c, kind, i in mapping},
+        dt=dt,
+        substeps=substeps,
         steps=result.steps,
         converged=result.converged,
         loss=float(result.loss),
         seconds=result.seconds,
     )
     os.makedirs(out, exist_ok=True)
+    result_path = os.path.join(out, "fit.json")
     with open(result_path, "w") as f:
         json.dump(summary, f, indent=2)
     t = data["t"] if "t" in data else dt * np.arange(n)
