@@ -372,13 +372,14 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
       velocity) or `keyframe` (a name or index: its qpos and qvel).
     - `<motor>` actuators on hinge and slide joints, gear times gain: the controls u
       of `simulate(controls=...)`, in the actuators' order (`scene.motors`).
-    - hinge and slide `stiffness`, `springref`, `damping` and `armature`: the joint's
-      spring, damper and armature (`SceneBuilder.set_joint_dynamics`; the damper
-      implicit, as in MuJoCo's Euler integrator).
+    - hinge and slide `stiffness`, `springref`, `damping` and `armature`, and ball
+      `damping` and `armature`: the joint's spring, damper and armature
+      (`SceneBuilder.set_joint_dynamics`; the damper implicit, as in MuJoCo's Euler
+      integrator).
 
     Soft-contact and passive parameters that jaxrbd's rigid contact does not have
-    (solref, solimp, margin, joint frictionloss, damping, stiffness and armature of free and ball joints,
-    ctrlrange), and tendons, sites, sensors, condim above 3 and fluid forces, are
+    (solref, solimp, margin, joint frictionloss, stiffness of ball joints, damping, stiffness and armature of
+    free joints, ctrlrange), and tendons, sites, sensors, condim above 3 and fluid forces, are
     listed in one warning. Elements whose absence would silently change the motion
     raise NotImplementedError naming the element: cylinder, ellipsoid and
     height-field geoms that collide (ones that collide with nothing are left out and
@@ -476,12 +477,13 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
         joint_name(j)
         for j in range(m.njnt)
         if np.any(m.dof_frictionloss[dofs(j)] != 0)
+        or (m.jnt_type[j] == BALL and m.jnt_stiffness[j])
         or (
-            m.jnt_type[j] in (FREE, BALL)
+            m.jnt_type[j] == FREE
             and (m.jnt_stiffness[j] or np.any(m.dof_damping[dofs(j)] != 0) or np.any(m.dof_armature[dofs(j)] != 0))
         )
     ]
-    ignore("frictionloss of joints, damping/stiffness/armature of free and ball joints", passive)
+    ignore("frictionloss of joints, stiffness of ball joints, damping/stiffness/armature of free joints", passive)
     if m.opt.density or m.opt.viscosity or np.any(m.opt.wind):
         ignored.append("fluid forces (density, viscosity, wind)")
 
@@ -643,13 +645,19 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
                 f"{sorted(key)}: their geom pairs have different friction {sorted(mus)}; jaxrbd's mu is per body pair"
             )
         b.set_pair(*sorted(key), mu=mus.pop())
-    for j, joint in joint_of.items():  # hinge and slide stiffness, springref, damping and armature
+    for j, joint in joint_of.items():  # hinge and slide stiffness, springref, damping and armature; ball damping
         dof = m.jnt_dofadr[j]
         values = dict(stiffness=m.jnt_stiffness[j], damping=m.dof_damping[dof], armature=m.dof_armature[dof])
         if m.jnt_type[j] in (HINGE, SLIDE) and any(values.values()):
             a = m.jnt_qposadr[j]
             rest = float(m.qpos_spring[a] - qpos[a])
             b.set_joint_dynamics(joint, rest=rest, **{k: float(x) for k, x in values.items()})
+        if m.jnt_type[j] == BALL and (values["damping"] or values["armature"]):
+            for field in ("damping", "armature"):
+                per_dof = getattr(m, f"dof_{field}")[dofs(j)]
+                if np.ptp(per_dof) > 0:
+                    refuse(f"joint {joint!r}: a ball joint with {field} {per_dof.tolist()} differing by axis")
+            b.set_joint_dynamics(joint, damping=float(values["damping"]), armature=float(values["armature"]))
     motors = []
     for u in range(m.nu):
         name = _name(m, mujoco, obj.mjOBJ_ACTUATOR, u, "actuator")

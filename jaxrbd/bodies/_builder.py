@@ -564,7 +564,8 @@ class SceneBuilder:
         return name
 
     def set_joint_dynamics(self, joint, *, stiffness=0.0, damping=0.0, rest=0.0, armature=0.0):
-        """Give a revolute or slide joint's coordinate a linear spring, a damper and armature; returns its name.
+        """Give a revolute or slide joint's coordinate a linear spring, a damper and armature, or a ball joint a
+        damper and armature; returns its name.
 
         The generalized force -stiffness (coordinate - rest) - damping rate acts
         along the coordinate's rate row (`BodyModel.joint_coordinates`), as a joint
@@ -574,26 +575,34 @@ class SceneBuilder:
         R^T armature R. The spring and the armature's velocity term are applied
         forces of the step; the damper is taken at the end of the step (implicit,
         as in MuJoCo's Euler integrator: `jaxrbd.dynamics.free_motion`), so a stiff
-        damper stays stable. MJCF joints' `stiffness`, `springref`, `damping` and
-        `armature` map here (`load_mjcf`). All four are leaves of
+        damper stays stable. A ball joint's damper and armature act on the relative
+        angular velocity w_a - w_b, the same about every axis: the torque
+        -damping (w_a - w_b) on a and its opposite on b, and the kinetic energy
+        armature |w_a - w_b|^2 / 2 (`BodyModel.joint_passive`). MJCF joints'
+        `stiffness`, `springref`, `damping` and `armature` map here (`load_mjcf`). All four are leaves of
         `system.params.joints`, so a fit can differentiate with respect to them.
 
         Args:
-            joint: a revolute or slide joint's name (`add_joint`, or a hinge of
-                `add_hinges`).
-            stiffness: >= 0, N m/rad (hinge) or N/m (slide).
-            damping: >= 0, N m s/rad or N s/m.
+            joint: a revolute, slide or ball joint's name (`add_joint`, or a hinge
+                of `add_hinges`).
+            stiffness: >= 0, N m/rad (hinge) or N/m (slide); 0 for a ball joint.
+            damping: >= 0, N m s/rad (hinge, ball) or N s/m (slide).
             rest: the coordinate where the spring is relaxed (rad or m; the
-                coordinate is 0 at the initial configuration).
-            armature: >= 0, kg m^2 (hinge) or kg (slide).
+                coordinate is 0 at the initial configuration); 0 for a ball joint.
+            armature: >= 0, kg m^2 (hinge, ball) or kg (slide).
         """
         kinds = {j.name: j.kind for j in self._joints}
         if joint not in kinds:
             raise ValueError(f"set_joint_dynamics: joint must name a joint, got {joint!r}; joints: {list(kinds)}")
-        if kinds[joint] not in ("revolute", "slide"):
+        if kinds[joint] not in ("revolute", "slide", "ball"):
             raise ValueError(
                 f"set_joint_dynamics: joint {joint!r} is a {kinds[joint]!r} joint; springs, dampers and armature "
-                "act on revolute and slide joints"
+                "act on revolute and slide joints, dampers and armature on ball joints"
+            )
+        if kinds[joint] == "ball" and (np.any(np.asarray(stiffness) != 0) or np.any(np.asarray(rest) != 0)):
+            raise ValueError(
+                f"set_joint_dynamics: joint {joint!r} is a ball joint: it takes damping and armature (the same "
+                f"about every axis), not a spring; got stiffness={stiffness}, rest={rest}"
             )
         if joint in self._dynamics:
             raise ValueError(f"set_joint_dynamics: joint {joint!r} was given its dynamics already")

@@ -656,14 +656,34 @@ class BodyModel:
 
     def joint_passive(self, q, params):
         """(A, B), (nv, nv) each, R the joints' rate rows: A = R^T diag(armature) R, the armature's part of
-        `mass_matrix`; B = R^T diag(damping) R, the dampers' force being -B v.
+        `mass_matrix`; B = R^T diag(damping) R, the dampers' force being -B v. A ball joint's R is the three
+        rows of the relative angular velocity w_a - w_b (one in planar scenes), the same armature and damper
+        about every axis, as MuJoCo's ball joint with one value per joint.
 
         The step treats the damper implicitly (`jaxrbd.dynamics.free_motion`), as
         MuJoCo's Euler integrator does, so a stiff damper on a light body stays stable.
         """
         _, rows = self.joint_coordinates(q, params)
         jp = params.joints
-        return rows.T @ (jp.armature[:, None] * rows), rows.T @ (jp.damping[:, None] * rows)
+        A = rows.T @ (jp.armature[:, None] * rows)
+        B = rows.T @ (jp.damping[:, None] * rows)
+        balls = [j for j, joint in enumerate(self.joints) if base_kind(joint[1]) == "ball"]
+        if balls:  # isotropic: a (w_a - w_b)^2 / 2 and -d (w_a - w_b), world-frame rows that do not turn
+            S = self._relative_rotation_rows(balls, q.dtype)
+            per_row = np.repeat(np.asarray(balls), S.shape[0] // len(balls))
+            A = A + S.T @ (jp.armature[per_row][:, None] * S)
+            B = B + S.T @ (jp.damping[per_row][:, None] * S)
+        return A, B
+
+    def _relative_rotation_rows(self, joints, dtype):
+        """(k m, nv) the rows of w_a - w_b of each joint in `joints` (m = 3 in 3D, 1 planar), constant."""
+        r = self.nv_body
+        angular = np.eye(r)[3:] if self.dim == 3 else np.eye(r)[2:]
+        m = angular.shape[0]
+        ia = [self.joints[j][2] for j in joints for _ in range(m)]
+        ib = [self.joints[j][3] for j in joints for _ in range(m)]
+        rows = jnp.asarray(np.tile(angular, (len(joints), 1)), dtype)
+        return self._place(rows, -rows, ia, ib)
 
     def constraints(self, q, params):
         """(ng,) the joint constraints g(q).
