@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
+from test_no_contacts import _mujoco_positions
 
 import jaxrbd as rbd
 
@@ -193,21 +194,11 @@ BALL_PENDULUM = """<mujoco model="ball pendulum">
 
 def _ball_pendulum_centres(xml, steps):
     """(jaxrbd's, MuJoCo's) centre of mass of the link at every step from the keyframe, each at the file's step."""
-    mujoco = pytest.importorskip("mujoco")
     with pytest.warns(UserWarning, match="geoms that collide with nothing"):
         scene = rbd.load_mjcf(xml, keyframe="spin")
     traj = rbd.simulate(*scene, dt=scene.dt, steps=steps)
     assert bool(traj.stats.converged.all()) and float(traj.stats.residual.max()) <= 1e-8
-    m = mujoco.MjModel.from_xml_string(xml)
-    d = mujoco.MjData(m)
-    mujoco.mj_resetDataKeyframe(m, d, 0)
-    theirs = []
-    for _ in range(steps + 1):
-        mujoco.mj_kinematics(m, d)
-        mujoco.mj_comPos(m, d)
-        theirs.append(np.array(d.xipos[1]))
-        mujoco.mj_step(m, d)
-    return np.asarray(traj.q)[:, :3], np.array(theirs)
+    return np.asarray(traj.q)[:, :3], _mujoco_positions(xml, steps)[:, 0]
 
 
 @pytest.mark.slow  # MuJoCo beside two rollouts of their own
