@@ -43,8 +43,8 @@ def main(argv=None):
     fit.add_argument("--steps", type=int, default=100, help="optimizer step budget (default 100)")
     shortcut = fit.add_argument_group(
         "the shortcut scenes",
-        "sliding_block: a box on the table z = 0 (four corner contacts, elliptic cone) fitted for mu and its start "
-        "velocity to columns t,x,y; bouncing_ball: a ball above it (located Newton bounce) fitted for e, its "
+        "sliding_block: a box on the table z = 0 (four corner contacts, elliptic cone) fitted for mu, its start "
+        "velocity and position to columns t,x,y; bouncing_ball: a ball above it (located Newton bounce) fitted for e, its "
         "start vertical velocity and height to columns t,z. Units: m, kg, s.",
     )
     shortcut.add_argument(

@@ -206,8 +206,8 @@ def run_fit(
     resample=False,
     noise=None,
 ):
-    """Fit a shortcut scene (`sliding_block`: mu, `bouncing_ball`: e, each with its start velocity) to the
-    file's `t,x,y` or `t,z` columns; write `out/fit.json` and `out/fit.png`; return the fitted values.
+    """Fit a shortcut scene (`sliding_block`: mu, `bouncing_ball`: e, each with its start velocity and, unless
+    `start` gives it, its start position) to the file's `t,x,y` or `t,z` columns; write `out/fit.json` and `out/fit.png`; return the fitted values.
 
     The scenes are `sliding_block_factory` and `bouncing_ball_factory` (the ball with the located Newton
     bounce), built from the geometry, mass and gravity given; see `_shortcut` for the start values and
