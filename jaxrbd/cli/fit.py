@@ -107,7 +107,12 @@ def load_trajectory(path, scene, dt, *, resample=False):
 SHORTCUT_DEFAULTS = {"half_extents": (0.1, 0.1, 0.02), "radius": 0.1, "mass": 1.0, "gravity": 9.81, "substeps": 1}
 
 
-def sliding_block_factory(*, half_extents=SHORTCUT_DEFAULTS["half_extents"], mass=1.0, gravity=9.81):
+def sliding_block_factory(
+    *,
+    half_extents=SHORTCUT_DEFAULTS["half_extents"],
+    mass=SHORTCUT_DEFAULTS["mass"],
+    gravity=SHORTCUT_DEFAULTS["gravity"],
+):
     """The `sliding_block` scene: factory(mu, vx, vy, x, y) -> a box of these half extents (m) and mass (kg)
     resting on the table z = 0 under gravity (m/s^2, along -z), its centre at (x, y), sliding at (vx, vy).
 
@@ -133,7 +138,9 @@ def sliding_block_factory(*, half_extents=SHORTCUT_DEFAULTS["half_extents"], mas
     return factory
 
 
-def bouncing_ball_factory(*, radius=SHORTCUT_DEFAULTS["radius"], mass=1.0, gravity=9.81):
+def bouncing_ball_factory(
+    *, radius=SHORTCUT_DEFAULTS["radius"], mass=SHORTCUT_DEFAULTS["mass"], gravity=SHORTCUT_DEFAULTS["gravity"]
+):
     """The `bouncing_ball` scene: factory(e, vz, z) -> a ball of this radius (m) and mass (kg) above the table
     z = 0, its centre at height z moving up at vz, bouncing with restitution e under gravity (m/s^2, along -z)."""
     import jax.numpy as jnp
