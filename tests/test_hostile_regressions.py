@@ -27,6 +27,7 @@ from test_hostile import (
 )
 
 import jaxrbd as rbd
+from jaxrbd.complementarity import _lemke
 
 
 @pytest.mark.slow
@@ -564,15 +565,16 @@ def test_light_box_under_a_heavy_stack_converges():
     (reported, SOLVER_FAILED) and the light box ended 1.7 mm inside the ground.
     The step's LCP has 220 rows, condition number 3e22 (mass ratio 3e4); Lemke
     ended on a secondary ray, scaled or not: round-off accumulated over some 180
-    tableau updates. Lemke now recomputes its tableau from the basis every 64
-    pivots (`_lemke.REFACTOR_EVERY`). The whole draw passes every invariant of the
+    tableau updates. Lemke now recomputes its tableau from the basis every 32
+    pivots (`_lemke.REFACTOR_EVERY`; 64 sufficed until the box's ground slots
+    took the corners' order). The whole draw passes every invariant of the
     suite, gradients included (slow: the 220-row step compiles for a minute).
     """
     run_and_check(_light_box_draw(), "stewart_trinkle", gradient=True)
 
 
 @pytest.mark.slow
-def test_the_light_box_step_that_lemke_and_newton_leave_unsolved_is_solved_on_its_closing_contacts():
+def test_the_light_box_step_that_lemke_and_newton_leave_unsolved_is_solved_on_its_closing_contacts(monkeypatch):
     """Step 47 of the light-box draw above, as it ran with 8 box-box slots: a 300-row LCP, condition number 7e23.
 
     In that run both Newton starts stopped at their 30 steps and Lemke ended on a
@@ -580,14 +582,17 @@ def test_the_light_box_step_that_lemke_and_newton_leave_unsolved_is_solved_on_it
     ended 1.4e-7 m in the ground. Each block of it alone (the 1 g box on the
     ground, 4 contacts) Lemke solves to 3e-12; pivoting on the whole problem, the
     artificial column couples the blocks and their scales (1 g beside 32 kg).
+    Newton (both starts, and again from the best point) stalls at residual 0.05,
+    a stationary point of the merit function that is not a solution. Lemke on the
+    contacts the free motion closes first (`_lemke_near_first`) solves it.
 
-    Since the capsule-box edge slots, contact 26 (the capsule across a box edge,
-    far from it: normal offset 56 m/s) has moved, and the bare problem with it:
-    Newton (both starts, and again from the best point) now stalls at residual
-    0.035, a stationary point of the merit function that is not a solution, and
-    the chain on the bare A, b leaves the step unsolved. With the step's contact
-    layout, Lemke on the closing contacts first solves it. The state is the one
-    that run reached (float.hex); the LCP is the step's.
+    Lemke's success here turns on round-off, and so on the order of its rows.
+    The box's ground slots now hold their corners in the corners' order, and
+    Lemke refactors its tableau every 32 pivots: it solves this step on the whole
+    (in 176 pivots; 393 with the slots in the old depth order). The closing-contacts
+    path stays tested on the step as it failed: the slots in depth order, the LCP
+    the same up to that permutation, and Lemke refactoring every 64 pivots, where
+    it ends on a ray. The state is the one that run reached (float.hex).
     """
     d = _light_box_draw()
     system = system_of(d.structure, values(d))
@@ -669,9 +674,31 @@ def test_the_light_box_step_that_lemke_and_newton_leave_unsolved_is_solved_on_it
     problem, _ = rbd.stepping.step_problem_at(system, state, H, scheme=rbd.StewartTrinkle(), cone=cone)
     lcp = problem.problem
     assert lcp.A.shape == (300, 300) and len(lcp.counts) == 30
-    assert int(rbd.solve_lcp(lcp.A, lcp.b, solver=rbd.Lemke()).status) != int(rbd.Status.SUCCESS)
     assert not bool(rbd.solve_lcp(lcp.A, lcp.b, solver=rbd.SemismoothNewton(fallback=False)).converged)
-    solved = rbd.complementarity.solve(lcp, solver=rbd.SemismoothNewton())
+    assert float(rbd.solve_lcp(lcp.A, lcp.b, solver=rbd.Lemke()).residual) <= 1e-10
+    assert float(rbd.complementarity.solve(lcp, solver=rbd.SemismoothNewton()).residual) <= 1e-10
+
+    # The same LCP with the two boxes' ground slots (contacts 0-3 and 4-7) in depth order, as `plane_box` had them.
+    contacts = system.contacts(state.q)
+    assert np.all(np.asarray(contacts.body_a[:8]) == len(d.sizes))  # the ground
+    order = np.arange(30)
+    for first in (0, 4):
+        order[first : first + 4] = first + np.argsort(np.asarray(contacts.gap[first : first + 4]), kind="stable")
+    assert np.any(order != np.arange(30))
+    nf, nd = lcp.n_free, sum(lcp.counts)
+    friction = nf + 30 + np.arange(nd).reshape(30, -1)
+    rows = np.concatenate([np.arange(nf), nf + order, friction[order].ravel(), nf + 30 + nd + order])
+    depth_order = rbd.LCP(lcp.A[np.ix_(rows, rows)], lcp.b[rows], nf, lcp.counts)
+
+    monkeypatch.setattr(_lemke, "REFACTOR_EVERY", 64)
+    jax.clear_caches()  # trace Lemke again with the patched constant
+    try:
+        bare = rbd.solve_lcp(depth_order.A, depth_order.b, solver=rbd.Lemke())
+        assert int(bare.status) != int(rbd.Status.SUCCESS) and float(bare.residual) > 1e-2
+        solved = rbd.complementarity.solve(depth_order, solver=rbd.SemismoothNewton())
+    finally:
+        monkeypatch.undo()
+        jax.clear_caches()
     assert bool(solved.converged)
     assert float(solved.residual) <= 1e-10
 

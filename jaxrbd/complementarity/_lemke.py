@@ -13,10 +13,12 @@ PIVOT_EXPONENT = 3 / 4
 # round-off to every entry; on the ill-conditioned friction LCP of a light box under
 # a stack 3e4 times heavier (220 rows) the accumulated error sent the ratio test onto
 # a secondary ray after about 180 pivots, and recomputing B^{-1} M0 from the basis
-# every 64 (or 32, or 128) pivots solved it. One (n, n) LU with 2n + 2 right-hand
-# sides costs about as much as n / 2 pivots; problems that need fewer pivots than
-# this pay one LU, at the end, which also refines the solution read off.
-REFACTOR_EVERY = 64
+# every 64 (or 32, or 128) pivots solved it. With the box's ground slots in corner
+# order (not depth order) the same landing step needed 32: at 64 it ended on a ray.
+# One (n, n) LU with 2n + 2 right-hand sides costs about as much as n / 2 pivots;
+# problems that need fewer pivots than this pay one LU, at the end, which also
+# refines the solution read off.
+REFACTOR_EVERY = 32
 TIE_EXPONENT = 2 / 3
 
 

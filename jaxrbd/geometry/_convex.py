@@ -413,7 +413,8 @@ def plane_mesh(a, b, dim):
 
     Vertices tied with the fourth lowest (a face of more than 4 vertices resting
     flat) are chosen by the widest spread (`_boxes._spread`), so the contacts
-    span the face and are the same from step to step.
+    span the face and are the same from step to step; the slots hold them in the
+    vertices' order, so a resting face keeps each vertex in its slot (the warm start).
     """
     if dim != 3:
         raise ValueError("a ConvexMesh is supported in 3D scenes only (dim=3)")
@@ -427,6 +428,7 @@ def plane_mesh(a, b, dim):
     # More than 4 vertices down to the fourth's height: the widest 4 of them; else the 4 lowest (the spread
     # of 4 points can skip one inside the triangle of the others).
     idx = jnp.where(jnp.sum(tied) > 4, _spread(V @ _plane_frame(n).T, gaps, tied, tie), lowest)
+    idx = jnp.sort(idx)  # in the vertices' order, not by depth: the slots of a resting face do not shuffle
     gap = gaps[idx]
     return gap, jnp.broadcast_to(n, (4, 3)), V[idx] - 0.5 * gap[:, None] * n
 

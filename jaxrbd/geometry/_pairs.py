@@ -56,12 +56,17 @@ _CORNERS_2D = np.array([[i, j, 0] for i in (-1, 1) for j in (-1, 1)], float)
 
 
 def plane_box(a, b, dim):
-    """The box's lowest corners: 4 of 8 in 3D, 2 of 4 in planar scenes (the others never touch first)."""
+    """The box's lowest corners: 4 of 8 in 3D, 2 of 4 in planar scenes (the others never touch first).
+
+    The slots hold them in the corners' own order, not by depth: a box resting flat has its lowest corners
+    tied to round-off, and ordering them by depth would shuffle the slots from step to step, which spoils
+    the next step's warm start (the cube on the incline needed 7-10 Newton iterations at such steps).
+    """
     corners, capacity = (_CORNERS_3D, 4) if dim == 3 else (_CORNERS_2D, 2)
     w = b["p"] + (corners * b["half_extents"]) @ b["R"].T
     n, d = a["normal"], a["offset"]
     gaps = w @ n - d
-    _, idx = jax.lax.top_k(-gaps, capacity)
+    idx = jnp.sort(jax.lax.top_k(-gaps, capacity)[1])
     gap = gaps[idx]
     return gap, jnp.broadcast_to(n, (capacity, 3)), w[idx] - 0.5 * gap[:, None] * n
 
