@@ -371,7 +371,8 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
     - gravity; the timestep as `scene.dt`; the initial state from qpos0 (zero
       velocity) or `keyframe` (a name or index: its qpos and qvel).
     - `<motor>` actuators on hinge and slide joints, gear times gain: the controls u
-      of `simulate(controls=...)`, in the actuators' order (`scene.motors`).
+      of `simulate(controls=...)`, in the actuators' order (`scene.motors`), with
+      their `ctrlrange` and `forcerange` where limited (`SceneBuilder.add_motor`).
     - hinge and slide `stiffness`, `springref`, `damping` and `armature`, and ball
       `damping` and `armature`: the joint's spring, damper and armature
       (`SceneBuilder.set_joint_dynamics`; the damper implicit, as in MuJoCo's Euler
@@ -379,7 +380,7 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
 
     Soft-contact and passive parameters that jaxrbd's rigid contact does not have
     (solref, solimp, margin, joint frictionloss, stiffness of ball joints, damping, stiffness and armature of
-    free joints, ctrlrange), and tendons, sites, sensors, condim above 3 and fluid forces, are
+    free joints), and tendons, sites, sensors, condim above 3 and fluid forces, are
     listed in one warning. Elements whose absence would silently change the motion
     raise NotImplementedError naming the element: cylinder, ellipsoid and
     height-field geoms that collide (ones that collide with nothing are left out and
@@ -670,12 +671,13 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
         )
         if not is_motor or j not in joint_of or m.jnt_type[j] not in (HINGE, SLIDE):
             refuse(f"actuator {name!r}: only <motor> actuators on hinge and slide joints are supported")
-        b.add_motor(name, joint_of[j], gear=float(m.actuator_gear[u, 0] * m.actuator_gainprm[u, 0]))
+        # MuJoCo's actuator force gain ctrl, clipped to forcerange, acts through the gear: jaxrbd's
+        # force gear gain ctrl is clipped to gear times forcerange.
+        gear, gain = float(m.actuator_gear[u, 0]), float(m.actuator_gainprm[u, 0])
+        ctrl_range = tuple(m.actuator_ctrlrange[u]) if m.actuator_ctrllimited[u] else None
+        force_range = tuple(sorted(gear * m.actuator_forcerange[u])) if m.actuator_forcelimited[u] else None
+        b.add_motor(name, joint_of[j], gear=gear * gain, ctrl_range=ctrl_range, force_range=force_range)
         motors.append(name)
-    ignore(
-        "ctrlrange/forcerange of actuators",
-        [motors[u] for u in range(m.nu) if m.actuator_ctrllimited[u] or m.actuator_forcelimited[u]],
-    )
     if ignored:
         warnings.warn("load_mjcf ignores these MJCF elements: " + "; ".join(ignored), stacklevel=2)
     scene = b.build()

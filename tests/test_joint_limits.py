@@ -405,3 +405,47 @@ def test_planar_hinge_stop_with_a_body_torque_motor():
     assert angle.min() >= -LIMIT - PENETRATION_TOL
     exact = H * (MASS * G * LENGTH * math.sin(PHI0 - LIMIT) - tau)
     np.testing.assert_allclose(traj.impulses.limit[-50:, 0], exact, rtol=REST_RTOL)
+
+
+def test_motor_ranges_clip_the_control_then_the_force_and_its_gradient():
+    """`ctrl_range` clips u before the gear, `force_range` clips gear u after it (MuJoCo's ctrlrange and
+    forcerange): a free puck pushed by a body-force motor and a wheel turned on its axle by a hinge motor, no
+    gravity, accelerate by exactly the clipped force over the mass and torque over the inertia in each step; the
+    final velocity's gradient with respect to each control is h gear / m where neither range binds, else 0."""
+    b = rbd.SceneBuilder(dim=3, gravity=(0.0, 0.0, 0.0))
+    b.add_static("floor", rbd.Plane())
+    b.add_body("puck", rbd.Sphere(0.05), mass=2.0, position=(0.0, 0.0, 1.0))
+    b.add_body("wheel", rbd.Sphere(0.05), mass=1.0, inertia=INERTIA, position=(1.0, 0.0, 1.0))
+    b.add_joint("axle", "revolute", "wheel", anchor=(1.0, 0.0, 1.0), axis=(0, 1, 0))
+    b.add_motor("push", body="puck", force=(1.0, 0.0, 0.0), gear=2.0, ctrl_range=(-1.0, 1.0), force_range=(-1.5, 3.0))
+    b.add_motor("turn", "axle", gear=0.5, ctrl_range=(-math.inf, 4.0))
+    system, state = b.build()
+    u = jnp.array([[0.5, 1.0], [3.0, 10.0], [-3.0, -20.0], [0.2, 2.0]])
+    force = np.array([1.0, 2.0, -1.5, 0.4])  # clip(2 clip(u, -1, 1), -1.5, 3)
+    torque = np.array([0.5, 2.0, -10.0, 1.0])  # 0.5 min(u, 4)
+
+    def final(u):
+        traj = rbd.simulate(system, state, dt=H, steps=4, controls=u)
+        return traj.v[-1, 0], traj
+
+    (_, traj), grad = jax.jit(jax.value_and_grad(final, has_aux=True))(u)
+    assert bool(traj.stats.converged.all())
+    np.testing.assert_allclose(np.diff(np.asarray(traj.v[:, 0])) / H, force / 2.0, rtol=ACCEL_RTOL)
+    np.testing.assert_allclose(np.diff(np.asarray(traj.v[:, 6 + 4])) / H, torque / INERTIA[1], rtol=ACCEL_RTOL)
+    np.testing.assert_allclose(np.asarray(grad), [[H, 0], [0, 0], [0, 0], [H, 0]], rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize(
+    "ranges, match",
+    [
+        ({"ctrl_range": (1.0, -1.0)}, r"ctrl_range of motor 'm' must have lo <= hi"),
+        ({"force_range": (math.nan, 1.0)}, r"force_range of motor 'm' must be a number, not NaN"),
+        ({"ctrl_range": (1.0,)}, r"ctrl_range of motor 'm' must be a pair \(lo, hi\)"),
+        ({"force_range": "big"}, r"force_range of motor 'm' must be a pair \(lo, hi\)"),
+    ],
+)
+def test_bad_motor_ranges_are_rejected_naming_the_argument(ranges, match):
+    b, add = _hinged()
+    add("revolute", "arm", axis=(0, 1, 0))
+    with pytest.raises(ValueError, match=match):
+        b.add_motor("m", "hinge", **ranges)

@@ -63,6 +63,19 @@ def _inertia_matrix(inertia, mass, shapes):
     raise ValueError(f"inertia must be a scalar, (3,) principal moments or a (3, 3) matrix, got shape {inertia.shape}")
 
 
+def _bounds(name, value):
+    """(2,) [lo, hi] of an interval, lo <= hi, infinite ends allowed; (-inf, inf) for None; ValueError naming it."""
+    if value is None:
+        return as_float([-np.inf, np.inf])
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__len__") or len(value) != 2:
+        raise ValueError(f"{name} must be a pair (lo, hi), got {value!r}")
+    for end in value:
+        check_value(name, end, shape=(), finite=False)
+    if not is_traced(*value) and not float(value[0]) <= float(value[1]):
+        raise ValueError(f"{name} must have lo <= hi (-inf or inf for no bound), got {value!r}")
+    return jnp.stack([as_float(end) for end in value])
+
+
 def _vector(name, value, size):
     x = as_float(value)
     check_value(name, x, shape=(size,))
@@ -511,7 +524,9 @@ class SceneBuilder:
             )
         return (flo, fhi), (not math.isinf(flo), not math.isinf(fhi))
 
-    def add_motor(self, name, joint=None, *, body=None, force=None, torque=None, gear=1.0):
+    def add_motor(
+        self, name, joint=None, *, body=None, force=None, torque=None, gear=1.0, ctrl_range=None, force_range=None
+    ):
         """Add a motor, one component of the control input u of `simulate(controls=...)`; returns its name.
 
         The motors' order of declaration is the order of u (nu = the number of
@@ -525,16 +540,30 @@ class SceneBuilder:
         y components of a force and the z component of a torque). The forces enter
         the free motion as the applied forces and gravity do (`external_force`).
 
+        As MuJoCo's `ctrlrange` and `forcerange`: the control is clipped to
+        `ctrl_range` before the gear, and the force (or torque) gear u to
+        `force_range` after it: f = clip(gear clip(u, ctrl_range), force_range).
+
         Args:
             name: a unique motor name.
             joint: a joint name (from `add_joint`); or None with `body`.
             body: a moving body's name; or None with `joint`.
             force, torque: (3,) the direction of a body motor (exactly one).
             gear: the force or torque per unit of control (a scalar leaf).
+            ctrl_range: (lo, hi), lo <= hi, the control's bounds (-inf or inf for
+                none); None: unbounded.
+            force_range: (lo, hi), lo <= hi, the bounds of gear u, in N (a force or
+                slide) or N m (a torque or hinge); None: unbounded.
         """
         if not isinstance(name, str) or not name or name in [m[0] for m in self._motors]:
             raise ValueError(f"a motor needs a new non-empty string name, got {name!r}")
         check_value(f"gear of motor {name!r}", gear, shape=())
+        bounds = jnp.stack(
+            [
+                _bounds(f"{arg} of motor {name!r}", r)
+                for arg, r in (("ctrl_range", ctrl_range), ("force_range", force_range))
+            ]
+        )
         if (joint is None) == (body is None):
             raise ValueError(f"motor {name!r}: give either joint or body")
         if joint is not None:
@@ -551,7 +580,7 @@ class SceneBuilder:
                 )
             if force is not None or torque is not None:
                 raise ValueError(f"motor {name!r}: force and torque apply only to body motors (body=...)")
-            self._motors.append((name, "joint", joint, jnp.zeros(3), as_float(gear)))
+            self._motors.append((name, "joint", joint, jnp.zeros(3), as_float(gear), bounds))
             return name
         moving = [b.name for b in self._bodies]
         if body not in moving:
@@ -560,7 +589,7 @@ class SceneBuilder:
             raise ValueError(f"motor {name!r}: a body motor needs exactly one of force or torque (a direction)")
         kind = "force" if force is not None else "torque"
         direction = _vector(f"{kind} of motor {name!r}", force if force is not None else torque, 3)
-        self._motors.append((name, kind, body, direction, as_float(gear)))
+        self._motors.append((name, kind, body, direction, as_float(gear), bounds))
         return name
 
     def set_joint_dynamics(self, joint, *, stiffness=0.0, damping=0.0, rest=0.0, armature=0.0):
@@ -670,10 +699,14 @@ class SceneBuilder:
         bodies = [b.name for b in self._bodies]
         layout = tuple(
             (name, kind, joints.index(target) if kind == "joint" else bodies.index(target))
-            for name, kind, target, _, _ in self._motors
+            for name, kind, target, *_ in self._motors
         )
+        bounds = jnp.stack([m[5] for m in self._motors])
         params = MotorParams(
-            gear=jnp.stack([m[4] for m in self._motors]), direction=jnp.stack([m[3] for m in self._motors])
+            gear=jnp.stack([m[4] for m in self._motors]),
+            direction=jnp.stack([m[3] for m in self._motors]),
+            ctrl_range=bounds[:, 0],
+            force_range=bounds[:, 1],
         )
         return layout, params
 

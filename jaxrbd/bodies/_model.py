@@ -97,10 +97,14 @@ class MotorParams(eqx.Module):
         gear: (nu,) the force (or torque) per unit of control.
         direction: (nu, 3) the world direction of a body motor's force or torque
             (zero for joint motors).
+        ctrl_range: (nu, 2) the bounds [lo, hi] of each control (+-inf: none).
+        force_range: (nu, 2) the bounds [lo, hi] of each force gear u (+-inf: none).
     """
 
     gear: jax.Array
     direction: jax.Array
+    ctrl_range: jax.Array
+    force_range: jax.Array
 
 
 # The kinds `SceneBuilder.add_joint` takes; "universal" joints come from `SceneBuilder.add_hinges`.
@@ -481,14 +485,15 @@ class BodyModel:
         and the opposite torque on b (a force along a slide's axis on a's and b's
         anchor points), whose power is gear u times the coordinate's rate. A body
         motor adds the world-frame force (or torque) gear u direction at its
-        centre of mass (planar: its x, y or z component).
+        centre of mass (planar: its x, y or z component). Here gear u stands for
+        clip(gear clip(u, ctrl_range), force_range) (`MotorParams`).
         """
         mp, nvb = params.motors, self.nv_body
         F = jnp.zeros((self.nbodies, nvb), q.dtype)
         if any(kind == "joint" for _, kind, _ in self.motors):
             _, row_a, row_b, _ = self._joint_kinematics(q, params)
         for k, (_, kind, i) in enumerate(self.motors):
-            f = mp.gear[k] * u[k]
+            f = jnp.clip(mp.gear[k] * jnp.clip(u[k], *mp.ctrl_range[k]), *mp.force_range[k])
             if kind == "joint":
                 _, _, a, b = self.joints[i]
                 F = F.at[a].add(f * row_a[i])
