@@ -370,7 +370,7 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
       their geom pairs. A model none of whose geoms collides has no contact pairs.
     - gravity; the timestep as `scene.dt`; the initial state from qpos0 (zero
       velocity) or `keyframe` (a name or index: its qpos and qvel).
-    - `<motor>` actuators on hinge and slide joints, gear times gain: the controls u
+    - `<motor>` actuators on hinge, slide and ball joints, gear times gain: the controls u
       of `simulate(controls=...)`, in the actuators' order (`scene.motors`), with
       their `ctrlrange` and `forcerange` where limited (`SceneBuilder.add_motor`).
     - hinge and slide `stiffness`, `springref`, `damping` and `armature`, and ball
@@ -386,7 +386,7 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
     height-field geoms that collide (ones that collide with nothing are left out and
     listed), equality constraints, explicit `<pair>` contacts, bodies with
     several joints other than a planar root, two orthogonal slides or orthogonal hinges about one anchor, limited ball
-    joints, actuators other than motors on hinges and slides, and flexes. Mocap bodies are static.
+    joints, actuators other than motors on hinges, slides and ball joints, and flexes. Mocap bodies are static.
 
     Args:
         source: a path to an .xml file, or the XML itself as a string.
@@ -669,14 +669,21 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
             and m.actuator_gaintype[u] == mujoco.mjtGain.mjGAIN_FIXED
             and m.actuator_biastype[u] == mujoco.mjtBias.mjBIAS_NONE
         )
-        if not is_motor or j not in joint_of or m.jnt_type[j] not in (HINGE, SLIDE):
-            refuse(f"actuator {name!r}: only <motor> actuators on hinge and slide joints are supported")
-        # MuJoCo's actuator force gain ctrl, clipped to forcerange, acts through the gear: jaxrbd's
-        # force gear gain ctrl is clipped to gear times forcerange.
-        gear, gain = float(m.actuator_gear[u, 0]), float(m.actuator_gainprm[u, 0])
+        if not is_motor or j not in joint_of or m.jnt_type[j] not in (HINGE, SLIDE, BALL):
+            refuse(f"actuator {name!r}: only <motor> actuators on hinge, slide and ball joints are supported")
+        # MuJoCo's actuator force gain ctrl, clipped to forcerange, acts through the gear: on a hinge or slide
+        # jaxrbd's force gear gain ctrl is clipped to gear times forcerange; on a ball joint gain ctrl is, and
+        # gear[:3] is the torque's direction in the child's frame (body a's).
+        gain = float(m.actuator_gainprm[u, 0])
         ctrl_range = tuple(m.actuator_ctrlrange[u]) if m.actuator_ctrllimited[u] else None
-        force_range = tuple(sorted(gear * m.actuator_forcerange[u])) if m.actuator_forcelimited[u] else None
-        b.add_motor(name, joint_of[j], gear=gear * gain, ctrl_range=ctrl_range, force_range=force_range)
+        force_range = np.array(m.actuator_forcerange[u]) if m.actuator_forcelimited[u] else None
+        if m.jnt_type[j] == BALL:
+            gear, torque = gain, np.array(m.actuator_gear[u, :3])
+        else:
+            gear, torque = float(m.actuator_gear[u, 0]) * gain, None
+            force_range = None if force_range is None else np.sort(float(m.actuator_gear[u, 0]) * force_range)
+        force_range = None if force_range is None else tuple(force_range)
+        b.add_motor(name, joint_of[j], torque=torque, gear=gear, ctrl_range=ctrl_range, force_range=force_range)
         motors.append(name)
     if ignored:
         warnings.warn("load_mjcf ignores these MJCF elements: " + "; ".join(ignored), stacklevel=2)

@@ -286,8 +286,11 @@ def test_bad_motors_and_controls_are_rejected_naming_the_argument(stops):
     add("ball", "arm")
     with pytest.raises(ValueError, match="joint must name a joint added with add_joint, got 'elbow'"):
         b.add_motor("m", "elbow")
-    with pytest.raises(ValueError, match="motors drive revolute and slide joints"):
-        b.add_motor("m", "hinge")
+    for direction in ({}, {"force": (1, 0, 0)}):  # a ball joint's motor needs a torque direction
+        with pytest.raises(ValueError, match="a motor on a ball joint needs a torque direction"):
+            b.add_motor("m", "hinge", **direction)
+    with pytest.raises(ValueError, match="torque of motor 'm'"):
+        b.add_motor("m", "hinge", torque=(1, 0))
     with pytest.raises(ValueError, match="body must name a moving body"):
         b.add_motor("m", body="nobody", force=(1, 0, 0))
     with pytest.raises(ValueError, match="exactly one of force or torque"):
@@ -411,7 +414,9 @@ def test_motor_ranges_clip_the_control_then_the_force_and_its_gradient():
     """`ctrl_range` clips u before the gear, `force_range` clips gear u after it (MuJoCo's ctrlrange and
     forcerange): a free puck pushed by a body-force motor and a wheel turned on its axle by a hinge motor, no
     gravity, accelerate by exactly the clipped force over the mass and torque over the inertia in each step; the
-    final velocity's gradient with respect to each control is h gear / m where neither range binds, else 0."""
+    final velocity's gradient with respect to each control is h gear / m where neither range binds, else 0. A
+    sphere turned on a ball joint at its centre, its motor's torque fixed along D in the sphere's frame, spins
+    up about R D (the body's rotation R, tilted at the start) by exactly f / I per step: that axis does not turn."""
     b = rbd.SceneBuilder(dim=3, gravity=(0.0, 0.0, 0.0))
     b.add_static("floor", rbd.Plane())
     b.add_body("puck", rbd.Sphere(0.05), mass=2.0, position=(0.0, 0.0, 1.0))
@@ -419,8 +424,13 @@ def test_motor_ranges_clip_the_control_then_the_force_and_its_gradient():
     b.add_joint("axle", "revolute", "wheel", anchor=(1.0, 0.0, 1.0), axis=(0, 1, 0))
     b.add_motor("push", body="puck", force=(1.0, 0.0, 0.0), gear=2.0, ctrl_range=(-1.0, 1.0), force_range=(-1.5, 3.0))
     b.add_motor("turn", "axle", gear=0.5, ctrl_range=(-math.inf, 4.0))
+    tilt = np.array([0.9, 0.3, -0.2, 0.25]) / np.linalg.norm([0.9, 0.3, -0.2, 0.25])
+    b.add_body("ball", rbd.Sphere(0.05), mass=1.0, position=(2.0, 0.0, 1.0), orientation=tilt)
+    b.add_joint("socket", "ball", "ball", anchor=(2.0, 0.0, 1.0))
+    D = np.array([1.0, -2.0, 0.5])
+    b.add_motor("twist", "socket", torque=D, gear=0.1, force_range=(-0.25, 0.25))
     system, state = b.build()
-    u = jnp.array([[0.5, 1.0], [3.0, 10.0], [-3.0, -20.0], [0.2, 2.0]])
+    u = jnp.array([[0.5, 1.0, 1.0], [3.0, 10.0, 4.0], [-3.0, -20.0, -1.0], [0.2, 2.0, 0.0]])
     force = np.array([1.0, 2.0, -1.5, 0.4])  # clip(2 clip(u, -1, 1), -1.5, 3)
     torque = np.array([0.5, 2.0, -10.0, 1.0])  # 0.5 min(u, 4)
 
@@ -432,7 +442,20 @@ def test_motor_ranges_clip_the_control_then_the_force_and_its_gradient():
     assert bool(traj.stats.converged.all())
     np.testing.assert_allclose(np.diff(np.asarray(traj.v[:, 0])) / H, force / 2.0, rtol=ACCEL_RTOL)
     np.testing.assert_allclose(np.diff(np.asarray(traj.v[:, 6 + 4])) / H, torque / INERTIA[1], rtol=ACCEL_RTOL)
-    np.testing.assert_allclose(np.asarray(grad), [[H, 0], [0, 0], [0, 0], [H, 0]], rtol=1e-12, atol=1e-15)
+    twist = np.array([0.1, 0.25, -0.1, 0.0])  # clip(0.1 u, -0.25, 0.25)
+    w, x, y, z = tilt
+    R = np.array(
+        [
+            [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
+            [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
+            [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)],
+        ]
+    )
+    axis = R @ D
+    # The angular velocity after each step, to the step solves' 1e-12 (relative: its joint rows are solved to that).
+    spin = np.concatenate([[0.0], np.cumsum(H * twist / (0.4 * 0.05**2))])[:, None] * axis
+    np.testing.assert_allclose(np.asarray(traj.v[:, 15:18]), spin, rtol=0, atol=1e-12 * np.abs(spin).max())
+    np.testing.assert_allclose(np.asarray(grad), [[H, 0, 0], [0, 0, 0], [0, 0, 0], [H, 0, 0]], rtol=1e-12, atol=1e-15)
 
 
 @pytest.mark.parametrize(

@@ -534,7 +534,10 @@ class SceneBuilder:
         u_k gear is the torque about the hinge axis on body a, with the opposite
         torque on body b (a slide: the force along the axis on a's anchor, the
         opposite on b's), positive in the direction of the joint coordinate
-        (`add_joint`'s range). Or a body motor: `body` names a moving body and one
+        (`add_joint`'s range); or `joint` names a ball joint (3D) and `torque` a
+        direction fixed in body a's frame: u_k gear times it is the torque on a,
+        the opposite on b (MuJoCo's motor on a ball joint, gear[:3] in the child's
+        frame). Or a body motor: `body` names a moving body and one
         of `force` or `torque` gives a world-frame direction (3,), and u_k gear
         times it is applied at the body's centre of mass (planar scenes use the x,
         y components of a force and the z component of a torque). The forces enter
@@ -548,7 +551,8 @@ class SceneBuilder:
             name: a unique motor name.
             joint: a joint name (from `add_joint`); or None with `body`.
             body: a moving body's name; or None with `joint`.
-            force, torque: (3,) the direction of a body motor (exactly one).
+            force, torque: (3,) the direction of a body motor (exactly one), or
+                `torque` the direction of a ball joint's motor in a's frame.
             gear: the force or torque per unit of control (a scalar leaf).
             ctrl_range: (lo, hi), lo <= hi, the control's bounds (-inf or inf for
                 none); None: unbounded.
@@ -573,14 +577,19 @@ class SceneBuilder:
                     f"motor {name!r}: joint must name a joint added with add_joint, got {joint!r}; "
                     f"joints: {list(joints)}"
                 )
-            if joints[joint] not in ("revolute", "slide"):
+            ball = joints[joint] == "ball" and self.dim == 3
+            if joints[joint] not in ("revolute", "slide") and not ball:
                 raise ValueError(
                     f"motor {name!r}: joint {joint!r} is a {joints[joint]!r} joint; motors drive revolute and "
-                    "slide joints"
+                    "slide joints, and ball joints in 3D"
                 )
-            if force is not None or torque is not None:
-                raise ValueError(f"motor {name!r}: force and torque apply only to body motors (body=...)")
-            self._motors.append((name, "joint", joint, jnp.zeros(3), as_float(gear), bounds))
+            if force is not None or (torque is not None) != ball:
+                raise ValueError(
+                    f"motor {name!r}: a motor on a ball joint needs a torque direction (in body a's frame), one on "
+                    "a revolute or slide joint none; force applies only to body motors (body=...)"
+                )
+            direction = _vector(f"torque of motor {name!r}", torque, 3) if ball else jnp.zeros(3)
+            self._motors.append((name, "joint", joint, direction, as_float(gear), bounds))
             return name
         moving = [b.name for b in self._bodies]
         if body not in moving:

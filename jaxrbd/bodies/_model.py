@@ -95,8 +95,9 @@ class MotorParams(eqx.Module):
 
     Attributes:
         gear: (nu,) the force (or torque) per unit of control.
-        direction: (nu, 3) the world direction of a body motor's force or torque
-            (zero for joint motors).
+        direction: (nu, 3) the world direction of a body motor's force or torque,
+            the torque's direction in body a's frame for a ball joint's motor (zero
+            for the other joint motors).
         ctrl_range: (nu, 2) the bounds [lo, hi] of each control (+-inf: none).
         force_range: (nu, 2) the bounds [lo, hi] of each force gear u (+-inf: none).
     """
@@ -485,15 +486,24 @@ class BodyModel:
         and the opposite torque on b (a force along a slide's axis on a's and b's
         anchor points), whose power is gear u times the coordinate's rate. A body
         motor adds the world-frame force (or torque) gear u direction at its
-        centre of mass (planar: its x, y or z component). Here gear u stands for
+        centre of mass (planar: its x, y or z component). A ball joint's motor adds
+        the torque gear u R_a direction on a and its opposite on b. Here gear u stands for
         clip(gear clip(u, ctrl_range), force_range) (`MotorParams`).
         """
         mp, nvb = params.motors, self.nv_body
         F = jnp.zeros((self.nbodies, nvb), q.dtype)
         if any(kind == "joint" for _, kind, _ in self.motors):
             _, row_a, row_b, _ = self._joint_kinematics(q, params)
+            R = self.poses(q)[1]
         for k, (_, kind, i) in enumerate(self.motors):
             f = jnp.clip(mp.gear[k] * jnp.clip(u[k], *mp.ctrl_range[k]), *mp.force_range[k])
+            if kind == "joint" and base_kind(self.joints[i][1]) == "ball":
+                _, _, a, b = self.joints[i]
+                torque = f * R[a] @ mp.direction[k]
+                F = F.at[a, 3:].add(torque)
+                if b < self.nbodies:
+                    F = F.at[b, 3:].add(-torque)
+                continue
             if kind == "joint":
                 _, _, a, b = self.joints[i]
                 F = F.at[a].add(f * row_a[i])
