@@ -674,15 +674,12 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
         # MuJoCo's actuator force gain ctrl, clipped to forcerange, acts through the gear: on a hinge or slide
         # jaxrbd's force gear gain ctrl is clipped to gear times forcerange; on a ball joint gain ctrl is, and
         # gear[:3] is the torque's direction in the child's frame (body a's).
-        gain = float(m.actuator_gainprm[u, 0])
+        ball = m.jnt_type[j] == BALL
+        scale = 1.0 if ball else float(m.actuator_gear[u, 0])  # from MuJoCo's actuator force to jaxrbd's gear u
+        torque = np.array(m.actuator_gear[u, :3]) if ball else None
+        gear = scale * float(m.actuator_gainprm[u, 0])
         ctrl_range = tuple(m.actuator_ctrlrange[u]) if m.actuator_ctrllimited[u] else None
-        force_range = np.array(m.actuator_forcerange[u]) if m.actuator_forcelimited[u] else None
-        if m.jnt_type[j] == BALL:
-            gear, torque = gain, np.array(m.actuator_gear[u, :3])
-        else:
-            gear, torque = float(m.actuator_gear[u, 0]) * gain, None
-            force_range = None if force_range is None else np.sort(float(m.actuator_gear[u, 0]) * force_range)
-        force_range = None if force_range is None else tuple(force_range)
+        force_range = tuple(np.sort(scale * m.actuator_forcerange[u])) if m.actuator_forcelimited[u] else None
         b.add_motor(name, joint_of[j], torque=torque, gear=gear, ctrl_range=ctrl_range, force_range=force_range)
         motors.append(name)
     if ignored:

@@ -497,18 +497,16 @@ class BodyModel:
             R = self.poses(q)[1]
         for k, (_, kind, i) in enumerate(self.motors):
             f = jnp.clip(mp.gear[k] * jnp.clip(u[k], *mp.ctrl_range[k]), *mp.force_range[k])
-            if kind == "joint" and base_kind(self.joints[i][1]) == "ball":
-                _, _, a, b = self.joints[i]
-                torque = f * R[a] @ mp.direction[k]
-                F = F.at[a, 3:].add(torque)
-                if b < self.nbodies:
-                    F = F.at[b, 3:].add(-torque)
-                continue
             if kind == "joint":
-                _, _, a, b = self.joints[i]
-                F = F.at[a].add(f * row_a[i])
+                _, layout_kind, a, b = self.joints[i]
+                if base_kind(layout_kind) == "ball":  # the torque f R_a direction on a, its opposite on b
+                    wrench = jnp.concatenate([jnp.zeros(3, q.dtype), f * R[a] @ mp.direction[k]])
+                    on_a, on_b = wrench, -wrench
+                else:
+                    on_a, on_b = f * row_a[i], f * row_b[i]
+                F = F.at[a].add(on_a)
                 if b < self.nbodies:
-                    F = F.at[b].add(f * row_b[i])
+                    F = F.at[b].add(on_b)
                 continue
             d = f * mp.direction[k]
             if self.dim == 2:
