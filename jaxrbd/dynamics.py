@@ -107,6 +107,24 @@ def integrate(system, q, v, h):
     return system.project_q(q + h * system.qdot(q, v))
 
 
+def joint_curvature(system, q, v, h):
+    """(ng,) the offsets bj of the joint rows J v+ + bj = 0: (h / 2) d^2 g / dt^2 along the motion from q at v.
+
+    g(q+) = g(q) + h J v+ + (h^2 / 2) d^2 g / dt^2 + O(h^3), so with these offsets
+    the step lands on the joint manifold to second order. Rows J v+ = 0 alone
+    make v+ tangent to the manifold at q and turn a body about a hinge by the
+    projection onto that tangent: it loses a fraction (h w)^2 of its kinetic
+    energy per step (4% in 5 s for a pendulum swinging from 1 rad at h = 0.01).
+    With them v+ is tangent at the step's midpoint, and the joint's impulse turns
+    the velocity without shortening it. None without joints.
+    """
+    if system.constraints is None:
+        return None
+    qdot = system.qdot(q, v)
+    rate = lambda q: jax.jvp(system.constraint, (q,), (system.qdot(q, v),))[1]
+    return 0.5 * h * jax.jvp(rate, (q,), (qdot,))[1]
+
+
 def project_to_joints(system, q, iterations=JOINT_PROJECTION_ITERATIONS):
     """q moved back to the joint manifold g(q) = 0 by the smallest M-norm correction (000 §2.5).
 

@@ -14,6 +14,7 @@ impulses (h times the paper's forces).
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .. import dynamics
 from ..complementarity import SemismoothNewton, Solver, solve, solve_lcp
@@ -24,7 +25,7 @@ from ._types import ContactImpulses, StepStats
 
 
 def _solve_at(
-    system, cone, solver, contacts, motion, J, q0, qhat, dt, *, active, position_level, z0, smoothing, impact
+    system, cone, solver, contacts, motion, J, q0, qhat, dt, *, active, position_level, z0, smoothing, impact, bj
 ):
     """Build and solve the step's problem with the geometry (record, joint rows) at qhat (None: at q).
 
@@ -34,7 +35,7 @@ def _solve_at(
     `impact` (an `Impact`) gives the Newton rows of the colliding contacts.
     """
     bn = _normal_offsets(system, contacts, motion, dt, position_level, q0=q0, qhat=qhat, impact=impact)
-    prob = step_problem(cone, contacts, motion.M, J, motion.v_free, bn=bn, active=active)
+    prob = step_problem(cone, contacts, motion.M, J, motion.v_free, bn=bn, active=active, bj=bj)
     sol = solve(prob.problem, solver=solver, z0=z0, grad_smoothing=smoothing)
     return prob, sol, prob.velocity(sol.z)
 
@@ -66,7 +67,36 @@ def step_problem_at(system, state, dt, *, scheme, cone):
     motion = dynamics.free_motion(system, state.t, q, v, dt)
     active = step_active(system, contacts, q, v, dt, scheme.delta)
     bn = _normal_offsets(system, contacts, motion, dt, scheme.position_level)
-    return step_problem(cone, contacts, motion.M, J, motion.v_free, bn=bn, active=active), motion
+    bj = _joint_offsets(system, contacts, q, v, dt)
+    return step_problem(cone, contacts, motion.M, J, motion.v_free, bn=bn, active=active, bj=bj), motion
+
+
+def _joint_offsets(system, contacts, q, v, dt):
+    """The joint rows' offsets bj: their curvature along v (`dynamics.joint_curvature`), faded out on the
+    rows of a joint whose stop is within the step's reach.
+
+    A stop that engages within the step changes the joint's rate by its impulse, so the curvature along v
+    no longer predicts the motion (the joint would land off its manifold and the projection would turn
+    the body past the stop). A joint's rows are scaled by min over its stops of clip(r / (h |rate|), 0, 1),
+    where r = gap + h rate is where the stop would be at the end of the step at velocity v: 1 while its
+    stops are at least a step away, 0 when one can be reached, continuous between (a replayed control log
+    and finite differences see no switch). None without joints.
+    """
+    bj = dynamics.joint_curvature(system, q, v, dt)
+    if bj is None or not contacts.limits:
+        return bj
+    model = system.bodies
+    rows = model.joint_rows()
+    owner = np.zeros((contacts.limits, bj.shape[0]), bool)  # stop k belongs to the rows of its joint
+    for k, (j, _) in enumerate(model.limits):
+        _, start, n = rows[j]
+        owner[k, start : start + n] = True
+    stops = slice(contacts.size - contacts.limits, None)
+    rate = contacts.J_n[stops] @ v
+    reach = contacts.gap[stops] + dt * rate
+    clear = jnp.clip(reach / (dt * jnp.abs(rate) + jnp.finfo(v.dtype).tiny), 0.0, 1.0)
+    clear = jnp.where(contacts.active[stops], clear, 1.0)
+    return jnp.min(jnp.where(owner, clear[:, None], 1.0), axis=0) * bj
 
 
 def _advance(system, q0, v_next, dt, impact, v_free):
@@ -150,7 +180,10 @@ class DenseStep(StepSolver):
                 M = motion.M if system.passive is None else None  # M + h B: M is formed again
                 motion = dynamics.free_motion(system, t, q, v, dt, M=M)
         active = step_active(system, contacts, q, v, dt, scheme.delta)
-        options = dict(active=active, position_level=scheme.position_level, smoothing=grad_smoothing, impact=impact)
+        bj = _joint_offsets(system, contacts, q, v, dt)
+        options = dict(
+            active=active, position_level=scheme.position_level, smoothing=grad_smoothing, impact=impact, bj=bj
+        )
         q0, v_free = motion.q0, motion.v_free
         prob, sol, v_next = _solve_at(system, cone, solver, contacts, motion, J, q0, None, dt, z0=z, **options)
         q_next = _advance(system, q0, v_next, dt, impact, v_free)
