@@ -73,30 +73,47 @@ def step_problem_at(system, state, dt, *, scheme, cone):
 
 def _joint_offsets(system, contacts, q, v, dt):
     """The joint rows' offsets bj: their curvature along v (`dynamics.joint_curvature`), faded out on the
-    rows of a joint whose stop is within the step's reach.
+    joints of a mechanism one of whose stops is within the step's reach.
 
-    A stop that engages within the step changes the joint's rate by its impulse, so the curvature along v
-    no longer predicts the motion (the joint would land off its manifold and the projection would turn
-    the body past the stop). A joint's rows are scaled by min over its stops of clip(r / (h |rate|), 0, 1),
-    where r = gap + h rate is where the stop would be at the end of the step at velocity v: 1 while its
-    stops are at least a step away, 0 when one can be reached, continuous between (a replayed control log
-    and finite differences see no switch). None without joints.
+    A stop that engages within the step changes the velocities of every body its mechanism joins (the
+    bodies connected by joints, not counting the world), so the curvature along v no longer predicts their
+    motion: their joints would land off the manifold, and the projection would turn the bodies past the
+    stop. The rows of a mechanism are scaled by min over its stops of clip(r / (h |rate|), 0, 1), where
+    r = gap + h rate is where the stop would be at the end of the step at velocity v: 1 while its stops are
+    at least a step away, 0 when one can be reached, continuous between (a replayed control log and finite
+    differences see no switch). None without joints.
     """
     bj = dynamics.joint_curvature(system, q, v, dt)
     if bj is None or not contacts.limits:
         return bj
-    model = system.bodies
-    rows = model.joint_rows()
-    owner = np.zeros((contacts.limits, bj.shape[0]), bool)  # stop k belongs to the rows of its joint
-    for k, (j, _) in enumerate(model.limits):
-        _, start, n = rows[j]
-        owner[k, start : start + n] = True
     stops = slice(contacts.size - contacts.limits, None)
     rate = contacts.J_n[stops] @ v
     reach = contacts.gap[stops] + dt * rate
     clear = jnp.clip(reach / (dt * jnp.abs(rate) + jnp.finfo(v.dtype).tiny), 0.0, 1.0)
     clear = jnp.where(contacts.active[stops], clear, 1.0)
+    owner = _stop_mechanisms(system.bodies, bj.shape[0])
     return jnp.min(jnp.where(owner, clear[:, None], 1.0), axis=0) * bj
+
+
+def _stop_mechanisms(model, ng):
+    """(stops, ng) bool: the joint rows of the mechanism (bodies joined by joints, the world aside) of each stop."""
+    nb = model.nbodies
+    root = list(range(nb + 1))
+
+    def find(i):
+        while root[i] != i:
+            i = root[i]
+        return i
+
+    for _, _, a, b in model.joints:
+        if a != nb and b != nb:
+            root[find(a)] = find(b)
+    owner = np.zeros((len(model.limits), ng), bool)
+    for k, (j, _) in enumerate(model.limits):
+        mechanism = find(model.joints[j][2])
+        for (_, _, a, _), (_, start, n) in zip(model.joints, model.joint_rows(), strict=True):
+            owner[k, start : start + n] |= find(a) == mechanism
+    return owner
 
 
 def _advance(system, q0, v_next, dt, impact, v_free):
