@@ -754,6 +754,29 @@ class BodyModel:
             start += n
         return tuple(out)
 
+    def stop_mechanisms(self):
+        """(stops, ng) bool: the rows of g(q) of every joint in each stop's mechanism (the bodies joined by
+        joints, the world aside)."""
+        nb = self.nbodies
+        root = list(range(nb + 1))
+
+        def find(i):
+            while root[i] != i:
+                i = root[i]
+            return i
+
+        for _, _, a, b in self.joints:
+            if a != nb and b != nb:
+                root[find(a)] = find(b)
+        rows = self.joint_rows()
+        ng = sum(n for _, _, n in rows)
+        owner = np.zeros((len(self.limits), ng), bool)
+        for k, (j, _) in enumerate(self.limits):
+            mechanism = find(self.joints[j][2])
+            for (_, _, a, _), (_, start, n) in zip(self.joints, rows, strict=True):
+                owner[k, start : start + n] |= find(a) == mechanism
+        return owner
+
     def limit_rows(self):
         """((joint name, "lower" | "upper", record index), ...): where each stop sits in the contact record.
 

@@ -14,7 +14,6 @@ impulses (h times the paper's forces).
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from .. import dynamics
 from ..complementarity import SemismoothNewton, Solver, solve, solve_lcp
@@ -91,29 +90,8 @@ def _joint_offsets(system, contacts, q, v, dt):
     reach = contacts.gap[stops] + dt * rate
     clear = jnp.clip(reach / (dt * jnp.abs(rate) + jnp.finfo(v.dtype).tiny), 0.0, 1.0)
     clear = jnp.where(contacts.active[stops], clear, 1.0)
-    owner = _stop_mechanisms(system.bodies, bj.shape[0])
+    owner = system.bodies.stop_mechanisms()
     return jnp.min(jnp.where(owner, clear[:, None], 1.0), axis=0) * bj
-
-
-def _stop_mechanisms(model, ng):
-    """(stops, ng) bool: the joint rows of the mechanism (bodies joined by joints, the world aside) of each stop."""
-    nb = model.nbodies
-    root = list(range(nb + 1))
-
-    def find(i):
-        while root[i] != i:
-            i = root[i]
-        return i
-
-    for _, _, a, b in model.joints:
-        if a != nb and b != nb:
-            root[find(a)] = find(b)
-    owner = np.zeros((len(model.limits), ng), bool)
-    for k, (j, _) in enumerate(model.limits):
-        mechanism = find(model.joints[j][2])
-        for (_, _, a, _), (_, start, n) in zip(model.joints, model.joint_rows(), strict=True):
-            owner[k, start : start + n] |= find(a) == mechanism
-    return owner
 
 
 def _advance(system, q0, v_next, dt, impact, v_free):
