@@ -394,10 +394,10 @@ def test_a_packed_stack_of_mesh_boxes_lands_like_mujoco():
     The packed layers touch face to face, edge to edge and corner to corner from the start: MuJoCo stores mesh
     vertices in float32, so the load warns once that 56 pairs overlap by the vertices' round-off (1.5e-9 m).
     The whole 0.5 s is `test_a_packed_stack_of_mesh_boxes_settles_in_the_corner_like_mujoco` (long)."""
-    traj, (_, _, touching, _, _), ours_touching, _, landing = _stack_run(STACK_DURATION)
+    traj, (dt, _, touching, _, _), ours_touching, _, landing = _stack_run(STACK_DURATION)
     assert bool(traj.stats.converged.all()) and float(traj.stats.residual.max()) <= RESIDUAL_TOL
     for k in range(landing + 1, len(touching)):
-        assert ours_touching[k] == touching[k] == STACK_BODIES, (k, sorted(ours_touching[k] ^ touching[k]))
+        assert ours_touching[k] == touching[k] == STACK_BODIES, (k * dt, sorted(ours_touching[k] ^ touching[k]))
 
 
 @pytest.mark.long  # about 10 minutes of one core: 250 steps of 440 contacts, half of them 1,000 sweeps
