@@ -376,10 +376,11 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
     - hinge and slide `stiffness`, `springref`, `damping` and `armature`, and ball
       `damping` and `armature`: the joint's spring, damper and armature
       (`SceneBuilder.set_joint_dynamics`; the damper implicit, as in MuJoCo's Euler
-      integrator).
+      integrator); a free joint's `damping`, on its body frame's origin and local spin
+      (`SceneBuilder.set_body_damping`).
 
     Soft-contact and passive parameters that jaxrbd's rigid contact does not have
-    (solref, solimp, margin, joint frictionloss, stiffness of ball joints, damping, stiffness and armature of
+    (solref, solimp, margin, joint frictionloss, stiffness of ball joints, stiffness and armature of
     free joints), and tendons, sites, sensors, condim above 3 and fluid forces, are
     listed in one warning. Elements whose absence would silently change the motion
     raise NotImplementedError naming the element: cylinder, ellipsoid and
@@ -479,12 +480,9 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
         for j in range(m.njnt)
         if np.any(m.dof_frictionloss[dofs(j)] != 0)
         or (m.jnt_type[j] == BALL and m.jnt_stiffness[j])
-        or (
-            m.jnt_type[j] == FREE
-            and (m.jnt_stiffness[j] or np.any(m.dof_damping[dofs(j)] != 0) or np.any(m.dof_armature[dofs(j)] != 0))
-        )
+        or (m.jnt_type[j] == FREE and (m.jnt_stiffness[j] or np.any(m.dof_armature[dofs(j)] != 0)))
     ]
-    ignore("frictionloss of joints, stiffness of ball joints, damping/stiffness/armature of free joints", passive)
+    ignore("frictionloss of joints, stiffness of ball joints, stiffness/armature of free joints", passive)
     if m.opt.density or m.opt.viscosity or np.any(m.opt.wind):
         ignored.append("fluid forces (density, viscosity, wind)")
 
@@ -571,6 +569,13 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
             velocity=state_v[6 * k : 6 * k + 3],
             angular_velocity=state_v[6 * k + 3 : 6 * k + 6],
         )
+    for k, i in enumerate(moving):  # a free joint's damper acts on its body frame's origin and local spin
+        free = [j for j in range(m.body_jntadr[i], m.body_jntadr[i] + m.body_jntnum[i]) if m.jnt_type[j] == FREE]
+        if free and np.any(m.dof_damping[dofs(free[0])] != 0):
+            damping = m.dof_damping[dofs(free[0])]
+            if np.ptp(damping) > 0:
+                refuse(f"joint {joint_name(free[0])!r}: a free joint with damping {damping.tolist()} differing by dof")
+            b.set_body_damping(names[k], float(damping[0]), origin=-np.asarray(inertial[i][2]))
     joint_of = {}
     for i in moving:
         parent = m.body_weldid[m.body_parentid[i]]  # the moving body its parent is welded to, or the world

@@ -67,8 +67,8 @@ class System(eqx.Module):
             whether the implicit equations were solved. None: the
             Coriolis force is explicit, v_free = v + h M(q)^-1 F, q0 = q.
         passive: ``(q, params) -> (A, B)``, (nv, nv) symmetric positive semidefinite
-            each (rigid bodies: the joints' armature and dampers,
-            `BodyModel.joint_passive`). A is the part of M that `free_flight` leaves
+            each (rigid bodies: the joints' armature and dampers and the free-body
+            dampers, `BodyModel.passive`). A is the part of M that `free_flight` leaves
             out; B a damping whose force -B v every step takes at v+ (implicitly:
             the step's mass matrix is M + h B). None: neither.
         normalize: ``q -> q`` applied after every step (rigid bodies: unit

@@ -179,6 +179,7 @@ class SceneBuilder:
         self._pairs, self._excluded, self._included = {}, set(), set()
         self._joints, self._motors = [], []
         self._dynamics = {}  # joint name -> (stiffness, damping, rest, armature)
+        self._body_damping = {}  # body name -> (damping, origin)
 
     def _names(self):
         return [b.name for b in self._bodies] + [name for name, _ in self._statics]
@@ -650,6 +651,45 @@ class SceneBuilder:
         self._dynamics[joint] = tuple(as_float(x) for x in (stiffness, damping, rest, armature))
         return joint
 
+    def set_body_damping(self, body, damping, *, origin=(0.0, 0.0, 0.0)):
+        """Damp a free body as MuJoCo damps a free joint; returns the body's name.
+
+        MuJoCo's free joint has six velocity coordinates: the world velocity u of
+        the body frame's origin and the angular velocity w_local in the body
+        frame. Its damper is the force -damping (u, w_local) on them. Here u is
+        the velocity of the point `origin` (body frame, relative to the centre of
+        mass): u = v + w x r with r = R origin, so the generalized force on
+        (v, w) is -damping T^T T (v, w) with T = [[I, -[r]x], [0, R^T]]. The
+        damper is taken at the end of the step (implicit, as in MuJoCo's Euler
+        integrator and as a joint's damper, `set_joint_dynamics`).
+        `system.params.body_damping` is a leaf, so a fit can differentiate with
+        respect to it. `load_mjcf` maps a free joint's `damping` here. 3D scenes
+        only; the dense step only (`ContactSweeps` refuses such a scene).
+
+        Args:
+            body: a moving body's name.
+            damping: >= 0, in N s/m along the origin's velocity and N m s/rad about the spin.
+            origin: (3,) the damped point in the body frame, relative to the centre of mass (m).
+        """
+        names = [b.name for b in self._bodies]
+        if body not in names:
+            raise ValueError(f"set_body_damping: body must name a moving body, got {body!r}; bodies: {names}")
+        if self.dim != 3:
+            raise ValueError("set_body_damping: free-body dampers are for 3D scenes; this scene is planar")
+        if body in self._body_damping:
+            raise ValueError(f"set_body_damping: body {body!r} was given its damper already")
+        check_value(f"damping of body {body!r}", damping, shape=(), nonnegative=True)
+        self._body_damping[body] = (as_float(damping), _vector(f"origin of body {body!r}", origin, 3))
+        return body
+
+    def _body_damping_params(self):
+        """The `BodyParams` leaves of the free-body dampers: {} without any."""
+        if not self._body_damping:
+            return {}
+        zero = (as_float(0.0), as_float(np.zeros(3)))
+        damping, origin = zip(*(self._body_damping.get(b.name, zero) for b in self._bodies), strict=True)
+        return {"body_damping": jnp.stack(damping), "damping_origin": jnp.stack(origin)}
+
     def _joint_params(self, q):
         """The static joint layout and its `JointParams`, from the initial configuration q."""
         if not self._joints:
@@ -792,6 +832,7 @@ class SceneBuilder:
             limits=limits,
             motors=motor_layout,
             joint_dynamics=bool(self._dynamics),
+            body_damping=bool(self._body_damping),
         )
         pair_cones += [None] * len(limits)  # the stops of the joint ranges follow the contacts
         if model.dynamic and any(c is not None for c in pair_cones):
@@ -812,6 +853,7 @@ class SceneBuilder:
             joints=joint_params,
             motors=motor_params,
             control=None if motor_params is None else jnp.zeros(len(motor_layout), motor_params.gear.dtype),
+            **self._body_damping_params(),
         )
         cone = self._cone(pair_cones)
         system = model.system(params, as_float(mu), as_float(restitution), self.directions, cone)

@@ -36,6 +36,9 @@ class BodyParams(eqx.Module):
         motors: the motors' `MotorParams` (None without motors).
         control: (nu,) the control input of the motors (None without motors): zeros
             as built; `simulate(controls=...)` sets it in every step.
+        body_damping, damping_origin: (nb,) and (nb, 3) the free-body dampers
+            (`SceneBuilder.set_body_damping`; None without any): the damping and the
+            damped point in each body's frame, relative to its centre of mass.
 
     Restitution and friction are per contact: `system.restitution` and `system.mu`.
     """
@@ -49,6 +52,8 @@ class BodyParams(eqx.Module):
     joints: Any = None
     motors: Any = None
     control: Any = None
+    body_damping: Any = None
+    damping_origin: Any = None
 
 
 class JointParams(eqx.Module):
@@ -158,6 +163,7 @@ class BodyModel:
         joint_dynamics: whether some joint has a spring, damper or armature
             (`SceneBuilder.set_joint_dynamics`, even with zeros: their leaves can
             then be fitted).
+        body_damping: whether some body has a free-body damper (`SceneBuilder.set_body_damping`).
     """
 
     dim: int
@@ -172,6 +178,7 @@ class BodyModel:
     limits: tuple = ()
     motors: tuple = ()
     joint_dynamics: bool = False
+    body_damping: bool = False
 
     @property
     def nbodies(self):
@@ -688,6 +695,32 @@ class BodyModel:
             B = B + S.T @ (jp.damping[per_row][:, None] * S)
         return A, B
 
+    def passive(self, q, params):
+        """(A, B): the joints' armature and dampers (`joint_passive`) and the free-body dampers' B
+        (`free_body_damping`), for `System.passive`."""
+        nv = self.nbodies * self.nv_body
+        A = B = jnp.zeros((nv, nv), q.dtype)
+        if self.joint_dynamics:
+            A, B = self.joint_passive(q, params)
+        if self.body_damping:
+            B = B + self.free_body_damping(q, params)
+        return A, B
+
+    def free_body_damping(self, q, params):
+        """(nv, nv) block diagonal: damping T^T T per body, T = [[I, -[r]x], [0, R^T]] the map from (v, w) to
+        MuJoCo's free-joint velocities (the world velocity of the point r = R origin, the body-frame spin)."""
+        _, R = self.poses(q)
+        R = R[:-1]
+        r = jnp.einsum("bij,bj->bi", R, params.damping_origin)
+        cross = rot.skew(r)  # [r]x, (nb, 3, 3)
+        eye = jnp.broadcast_to(jnp.eye(3, dtype=q.dtype), R.shape)
+        T = jnp.concatenate(
+            [jnp.concatenate([eye, -cross], -1), jnp.concatenate([jnp.zeros_like(R), jnp.swapaxes(R, -1, -2)], -1)],
+            -2,
+        )
+        blocks = params.body_damping[:, None, None] * jnp.einsum("bki,bkj->bij", T, T)
+        return _block_diagonal(blocks)
+
     def _relative_rotation_rows(self, joints, dtype):
         """(k m, nv) the rows of w_a - w_b of each joint in `joints` (m = 3 in 3D, 1 planar), constant."""
         r = self.nv_body
@@ -814,7 +847,7 @@ class BodyModel:
             directions=directions if spatial else 2,
             coriolis_force=method("coriolis_force"),
             free_flight=method("free_flight", spatial),
-            passive=method("joint_passive", self.joint_dynamics),
+            passive=method("passive", self.joint_dynamics or self.body_damping),
             normalize=method("normalize", spatial),
             contact_active=method("active", self.margin != math.inf),
             collide=method("collide"),

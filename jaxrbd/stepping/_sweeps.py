@@ -150,6 +150,8 @@ class ContactSweeps(StepSolver):
             return "it supports 3D scenes only (this one is planar)"
         if model.joints:
             return "it does not support joints; use the dense SemismoothNewton"
+        if model.body_damping:
+            return "it does not support free-body dampers (set_body_damping); use the dense SemismoothNewton"
         if not model.groups:
             return "the scene has no contact pairs, so there is nothing to sweep; use the dense SemismoothNewton"
         if not isinstance(cone, PolyhedralCone) or cone.dim != 2:
