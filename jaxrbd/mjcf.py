@@ -569,13 +569,12 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
             velocity=state_v[6 * k : 6 * k + 3],
             angular_velocity=state_v[6 * k + 3 : 6 * k + 6],
         )
-    for k, i in enumerate(moving):  # a free joint's damper acts on its body frame's origin and local spin
         free = [j for j in range(m.body_jntadr[i], m.body_jntadr[i] + m.body_jntnum[i]) if m.jnt_type[j] == FREE]
-        if free and np.any(m.dof_damping[dofs(free[0])] != 0):
+        if free and np.any(m.dof_damping[dofs(free[0])] != 0):  # on the body frame's origin and the local spin
             damping = m.dof_damping[dofs(free[0])]
             if np.ptp(damping) > 0:
                 refuse(f"joint {joint_name(free[0])!r}: a free joint with damping {damping.tolist()} differing by dof")
-            b.set_body_damping(names[k], float(damping[0]), origin=-np.asarray(inertial[i][2]))
+            b.set_body_damping(names[k], float(damping[0]), origin=-ipos)
     joint_of = {}
     for i in moving:
         parent = m.body_weldid[m.body_parentid[i]]  # the moving body its parent is welded to, or the world
