@@ -11,6 +11,29 @@ import numpy as np
 from ._validate import check_value
 
 
+class Delassus(eqx.Module):
+    """The structure of a friction LCP's matrix: A = C + U M^{-1} U^T.
+
+    U M^{-1} U^T is the Delassus part, of rank at most nv (the velocities); C holds
+    the rows of the friction cone (the lam column of the friction rows and the cone
+    rows mu c_n - E^T beta, 004 §3.2) and the unit diagonal of the masked rows. The
+    Newton direction of `SemismoothNewton` uses it to solve an (nv, nv) system
+    instead of an (n, n) one (`_newton.delassus_direction`).
+
+    Attributes:
+        U: (n, nv) rows [J, N, D]^T of the kept rows, zero on the cone rows and the
+            masked rows.
+        M: (nv, nv) mass matrix.
+        mu: (nc,) friction coefficients.
+        keep: (n,) 1 on the kept rows, 0 on the masked ones (`friction_lcp(row_active=)`).
+    """
+
+    U: jax.Array
+    M: jax.Array
+    mu: jax.Array
+    keep: jax.Array
+
+
 class LCP(eqx.Module):
     """The mixed linear complementarity problem.
 
@@ -27,12 +50,15 @@ class LCP(eqx.Module):
             friction directions of each contact, whose rows follow the equalities
             as [normal (nc), friction (sum(counts)), cone (nc)]; None for any other
             LCP. The solvers' fallback uses it (`SemismoothNewton`).
+        delassus: A's structure (`Delassus`) where `friction_lcp` built it, else
+            None. It must describe A exactly; the Newton direction relies on it.
     """
 
     A: jax.Array
     b: jax.Array
     n_free: int = eqx.field(static=True, default=0)
     counts: tuple[int, ...] | None = eqx.field(static=True, default=None)
+    delassus: Delassus | None = None
 
     def __check_init__(self):
         shape = getattr(self.b, "shape", None)
@@ -110,6 +136,7 @@ class FrictionLCP(eqx.Module):
         N: (nv, nc) contact normals.
         D: (nv, nd) friction directions, grouped by contact.
         J: (nv, ng) joint rows (transposed); ng may be 0.
+        L_inv: (nv, nv) the inverse of M's lower Cholesky factor L: M^{-1} = L_inv^T L_inv.
         counts: static number of directions of each contact.
     """
 
@@ -119,6 +146,7 @@ class FrictionLCP(eqx.Module):
     N: jax.Array
     D: jax.Array
     J: jax.Array
+    L_inv: jax.Array
     counts: tuple[int, ...] = eqx.field(static=True)
 
     def split(self, z):
@@ -138,7 +166,7 @@ class FrictionLCP(eqx.Module):
 
     def velocity(self, z):
         """The velocity after the step, v+ = b + M^{-1}(N c_n + D beta)."""
-        return self.b + jnp.linalg.solve(self.M, self.impulse(z))
+        return self.b + self.L_inv.T @ (self.L_inv @ self.impulse(z))
 
 
 def _direction_incidence(counts):
@@ -188,20 +216,25 @@ def friction_lcp(M, N, D, mu, counts, b, *, bn=None, row_active=None, J=None, bj
     ng = J.shape[-1]
     E = jnp.asarray(_direction_incidence(counts), dtype)
     G = jnp.concatenate([J, N, D], axis=-1)
-    chol = jax.scipy.linalg.cho_factor(M)
-    MinvG = jax.scipy.linalg.cho_solve(chol, G)
-    W = G.T @ MinvG
+    # W = G^T M^{-1} G = X^T X with X = L^{-1} G. For these small matrices the explicit
+    # inverse of L and two products cost a third of two triangular solves with G.
+    L_inv = jax.scipy.linalg.solve_triangular(jnp.linalg.cholesky(M), jnp.eye(M.shape[-1], dtype=dtype), lower=True)
+    X = L_inv @ G
+    W = X.T @ X
     mu = jnp.broadcast_to(jnp.asarray(mu, dtype), (nc,))
     lam_col = jnp.concatenate([jnp.zeros((ng + nc, nc), dtype), E], axis=0)
     cone_row = jnp.concatenate([jnp.zeros((nc, ng), dtype), jnp.diag(mu), -E.T, jnp.zeros((nc, nc), dtype)], axis=1)
     A = jnp.concatenate([jnp.concatenate([W, lam_col], axis=1), cone_row], axis=0)
     q = jnp.concatenate([G.T @ b, jnp.zeros((nc,), dtype)])
+    U = jnp.concatenate([G.T, jnp.zeros((nc, G.shape[0]), dtype)])
     if bj is not None:
         q = q.at[:ng].add(bj)
     if bn is not None:
         q = q.at[ng : ng + nc].add(bn)
+    keep = jnp.ones(q.shape, dtype)
     if row_active is not None:
         keep = jnp.concatenate([jnp.ones((ng,), dtype), row_active.astype(dtype)])
         A = A * keep[:, None] * keep[None, :] + jnp.diag(1.0 - keep)
         q = q * keep + (1.0 - keep)
-    return FrictionLCP(LCP(A, q, ng, counts), M, b, N, D, J, counts)
+        U = U * keep[:, None]
+    return FrictionLCP(LCP(A, q, ng, counts, Delassus(U, M, mu, keep)), M, b, N, D, J, L_inv, counts)

@@ -12,9 +12,17 @@ def _safe_norm(a, b, eps):
 
 
 def fischer_burmeister(a, b, eps=0.0):
-    """phi(a, b) = a + b - sqrt(a^2 + b^2 + 2 eps^2); zero iff 0 <= a, b and a b = eps^2."""
+    """phi(a, b) = a + b - sqrt(a^2 + b^2 + 2 eps^2); zero iff 0 <= a, b and a b = eps^2.
+
+    Where a + b > 0 it is evaluated as 2 (a b - eps^2) / (a + b + r), which is the
+    same number without the cancellation: with b >> |a| the plain form rounds a + b
+    to b and returns 0, so a round-off z (1e-15 against w = 400) would never be
+    stepped back to 0.
+    """
     r, _ = _safe_norm(a, b, eps)
-    return a + b - r
+    s = a + b
+    positive = s > 0
+    return jnp.where(positive, 2.0 * (a * b - eps * eps) / jnp.where(positive, s + r, 1.0), s - r)
 
 
 def fischer_burmeister_partials(a, b, eps=0.0):

@@ -7,9 +7,10 @@ polishing pass).
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
-from .._problems import natural_residual
+from .._problems import LCP, natural_residual
 from ._fb import fischer_burmeister, fischer_burmeister_partials
 
 ARMIJO_SIGMA = 1e-4
@@ -19,6 +20,9 @@ REG_FLOOR = 1e-10  # float64; float32 uses 100 eps (see `_reg_floor`)
 # four-ball steps stalled above tolerance after 30 iterations; with 3 refinements one.
 REFINEMENTS = 3
 QUIET = 1e-6  # residuals below QUIET * tol (not below 4 eps) are not polished
+# A Delassus step (`delassus_direction`) that stalls, or leaves more than this fraction
+# of a residual above tol, hands the solve over to Levenberg-Marquardt steps.
+DELASSUS_RATE = 0.5
 
 
 def _reg_floor(dtype):
@@ -36,6 +40,55 @@ def row_scale(J):
     return jnp.where(m > 0, 1.0 / jnp.where(m > 0, m, 1.0), 1.0)
 
 
+def delassus_direction(problem, da, db, s, phi):
+    """The proximal Newton step d = -(J + eps Db)^{-1} phi on a friction LCP, by its Delassus structure.
+
+    J = Da + Db S A is the Newton matrix of phi(z) = FB(z, S w) and A = C + U M^{-1} U^T
+    (`Delassus`). Adding eps Db (eps = sqrt of the machine epsilon, relative: the rows
+    of S A have largest entry 1) makes K = Da + eps Db + Db S C invertible: its only
+    off-diagonal entries couple each contact's friction rows with its cone row, so it
+    is solved in closed form, contact by contact. Woodbury's identity then leaves one
+    (nv, nv) system, M + U^T K^{-1} Db S U, instead of the (n, n) Newton matrix. On a
+    singular J (the non-unique friction rows of a sticking contact) the eps term keeps
+    the step finite; near a solution it converges linearly at a rate of about eps.
+
+    Args:
+        problem: an `LCP` with `delassus` (and `counts`).
+        da, db: (n,) the partial derivatives of the rows (equality rows: 0 and 1).
+        s: (n,) the row scaling.
+        phi: (n,) the residual.
+
+    Returns:
+        (n,) the step d.
+    """
+    f = problem.delassus
+    ng, counts = problem.n_free, problem.counts
+    nc, nd = len(counts), sum(counts)
+    owner = np.repeat(np.arange(nc), counts)  # the contact of each friction row
+    eps = float(np.sqrt(jnp.finfo(phi.dtype).eps))
+    beta = db * s
+    k = f.keep
+    diag = da + eps * db + beta * (1.0 - k)  # masked rows: C has a unit diagonal
+    rows = lambda x: (x[:ng], x[ng : ng + nc], x[ng + nc : ng + nc + nd], x[ng + nc + nd :])
+    (_, kn, kb, kl), (dg, dn, db_, dl), (_, _, bb, bl) = rows(k), rows(diag), rows(beta)
+    a = bb * kb * kl[owner]  # K[j, cone row of j's contact]
+    m = bl * f.mu * kl * kn  # K[cone row c, normal row c]
+    c = bl[owner] * kl[owner] * kb  # -K[cone row of j's contact, j]
+    sum_rows = lambda x: jax.ops.segment_sum(x, owner, nc, indices_are_sorted=True)
+
+    def solve_k(R):  # K X = R, R (n, r)
+        Rg, Rn, Rb, Rl = rows(R)
+        xn = Rn / dn[:, None]
+        xl = (Rl - m[:, None] * xn + sum_rows(c[:, None] * Rb / db_[:, None])) / (dl + sum_rows(c * a / db_))[:, None]
+        xb = (Rb - a[:, None] * xl[owner]) / db_[:, None]
+        return jnp.concatenate([Rg / dg[:, None], xn, xb, xl])
+
+    Y = solve_k(jnp.concatenate([phi[:, None], beta[:, None] * f.U], axis=1))
+    y, YU = Y[:, 0], Y[:, 1:]
+    t = jnp.linalg.solve(f.M + f.U.T @ YU, f.U.T @ y)
+    return YU @ t - y
+
+
 class NewtonResult(eqx.Module):
     """Where a Newton run stopped: z, its natural residual, the iterations it took, and
     whether it stopped only at the iteration bound (`capped`: it would have gone on)."""
@@ -46,10 +99,15 @@ class NewtonResult(eqx.Module):
     capped: jax.Array
 
 
-def newton_solve(problem, z0, s, *, tol, iterations, line_search_steps, regularization, run=True):
-    """Damped Levenberg-Marquardt steps on phi(z) = 0 from z0, until the natural residual is <= tol.
+def newton_solve(problem, z0, s, *, tol, iterations, line_search_steps, regularization, run=True, delassus=True):
+    """Damped Newton steps on phi(z) = 0 from z0, until the natural residual is <= tol.
 
-    phi(z) = [s w]_free ; FB(z, s w)_rest with w = F(z). Each step solves
+    phi(z) = [s w]_free ; FB(z, s w)_rest with w = F(z). On an LCP that carries its
+    Delassus structure (`LCP.delassus`, every friction LCP of a time step) and with
+    `delassus`, the steps are first the proximal Newton steps of `delassus_direction`,
+    an (nv, nv) solve each; where one stalls, or leaves more than `DELASSUS_RATE` of a
+    residual above tol, the solve goes on with Levenberg-Marquardt steps from there.
+    A Levenberg-Marquardt step solves
     (J^T J + m I) d = -J^T phi with m = regularization * min(|phi|^2, 1), the
     Yamashita-Fukushima choice: it keeps the step bounded along the non-unique lam
     and beta directions of the friction LCP (singular J) and still converges fast
@@ -75,6 +133,7 @@ def newton_solve(problem, z0, s, *, tol, iterations, line_search_steps, regulari
         iterations, line_search_steps: static bounds.
         regularization: the factor of m.
         run: a boolean (traced or not); False returns z0 untouched.
+        delassus: take the Delassus steps where the problem has the structure.
 
     Returns:
         A `NewtonResult`.
@@ -82,6 +141,7 @@ def newton_solve(problem, z0, s, *, tol, iterations, line_search_steps, regulari
     # Under `vmap` (`SemismoothNewton.run_lanes`) a small bound with `capped` hands
     # the few slow lanes to a second pass instead of holding the whole batch.
     n = z0.shape[-1]
+    structured = delassus and isinstance(problem, LCP) and problem.delassus is not None
     free = jnp.arange(n) < problem.n_free
     eye = jnp.eye(n, dtype=z0.dtype)
     floor = _reg_floor(z0.dtype)
@@ -93,10 +153,13 @@ def newton_solve(problem, z0, s, *, tol, iterations, line_search_steps, regulari
         psi = 0.5 * jnp.sum(phi * phi)
         return phi, w, jnp.where(jnp.isfinite(psi), psi, jnp.inf), natural_residual(z, w, problem.n_free)
 
-    def direction(z, phi, w, psi):
+    def direction(z, phi, w, psi, structured):
         da, db = fischer_burmeister_partials(z, s * w)
         da = jnp.where(free, 0.0, da)
         db = jnp.where(free, 1.0, db)
+        if structured:
+            d = delassus_direction(problem, da, db, s, phi)
+            return d, jnp.dot(phi, da * d + db * s * (problem.A @ d))
         J = da[:, None] * eye + (db * s)[:, None] * problem.jac(z)
         g = J.T @ phi
         m = regularization * jnp.minimum(2.0 * psi, 1.0)
@@ -109,10 +172,10 @@ def newton_solve(problem, z0, s, *, tol, iterations, line_search_steps, regulari
         d = -jax.scipy.linalg.cho_solve(factor, g)
         for _ in range(REFINEMENTS):
             d = d - jax.scipy.linalg.cho_solve(factor, g + J.T @ (J @ d) + m * d)
-        return d, g
+        return d, jnp.dot(g, d)
 
-    def line_search(z, d, g, psi):
-        slope = ARMIJO_SIGMA * jnp.dot(g, d)
+    def line_search(z, d, gd, psi):
+        slope = ARMIJO_SIGMA * gd
 
         def cond(c):
             j, _, _, _, accepted = c
@@ -134,21 +197,24 @@ def newton_solve(problem, z0, s, *, tol, iterations, line_search_steps, regulari
     quiet = min(tol, max(QUIET * tol, 4 * float(jnp.finfo(z0.dtype).eps)))
 
     def going(c):
-        _, _, _, _, res, _, moving, polished = c
+        _, _, _, _, res, _, moving, polished, _ = c
         return moving & ~(res <= quiet) & ~((res <= tol) & polished)
 
     def cond(c):
         return going(c) & (c[5] < iterations)
 
-    def body(c):
-        z, phi, w, psi, res, k, _, _ = c
+    def body(c, structured):
+        z, phi, w, psi, res, k, _, _, _ = c
         polishing = res <= tol
-        d, g = direction(z, phi, w, psi)
-        t, moved = line_search(z, d, g, psi)
+        d, gd = direction(z, phi, w, psi, structured)
+        t, moved = line_search(z, d, gd, psi)
         z_new = jnp.where(moved, z + t * d, z)
         phi_new, w_new, psi_new, res_new = evaluate(z_new)
         keep = polishing & ~(res_new < res)  # the polishing step only ever improves
         pick = lambda old, new: jnp.where(keep, old, new)
+        # The Delassus steps hand over to Levenberg-Marquardt where they stall, or
+        # converge slowly above tol (a degenerate contact, such as one that starts to stick).
+        slow = ~polishing & ~(moved & ((res_new <= tol) | (res_new <= DELASSUS_RATE * res)))
         return (
             pick(z, z_new),
             pick(phi, phi_new),
@@ -156,12 +222,15 @@ def newton_solve(problem, z0, s, *, tol, iterations, line_search_steps, regulari
             pick(psi, psi_new),
             pick(res, res_new),
             k + 1,
-            moved,
+            moved | (structured & slow),
             polishing,
+            structured & slow,
         )
 
     phi, w, psi, res = evaluate(z0)
-    init = (z0, phi, w, psi, res, jnp.array(0), jnp.asarray(run), jnp.array(False))
-    final = lax.while_loop(cond, body, init)
-    z, _, _, _, res, k, _, _ = final
+    c = (z0, phi, w, psi, res, jnp.array(0), jnp.asarray(run), jnp.array(False), jnp.array(False))
+    if structured:
+        c = lax.while_loop(lambda c: cond(c) & ~c[8], lambda c: body(c, True), c)
+    final = lax.while_loop(cond, lambda c: body(c, False), c)
+    z, _, _, _, res, k, _, _, _ = final
     return NewtonResult(z, res, k, going(final))
