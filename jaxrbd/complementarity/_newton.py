@@ -64,23 +64,23 @@ def delassus_direction(problem, da, db, s, phi):
     f = problem.delassus
     ng, counts = problem.n_free, problem.counts
     nc, nd = len(counts), sum(counts)
-    owner = np.repeat(np.arange(nc), counts)  # the contact of each friction row
+    E = jnp.asarray(np.repeat(np.eye(nc), counts, axis=0), phi.dtype)  # (nd, nc): friction row j of contact c
     eps = float(np.sqrt(jnp.finfo(phi.dtype).eps))
     beta = db * s
     k = f.keep
     diag = da + eps * db + beta * (1.0 - k)  # masked rows: C has a unit diagonal
     rows = lambda x: (x[:ng], x[ng : ng + nc], x[ng + nc : ng + nc + nd], x[ng + nc + nd :])
     (_, kn, kb, kl), (dg, dn, db_, dl), (_, _, bb, bl) = rows(k), rows(diag), rows(beta)
-    a = bb * kb * kl[owner]  # K[j, cone row of j's contact]
+    # Products with E and E^T (not gathers and segment sums): they batch well under vmap.
+    a = bb * kb * (E @ kl)  # K[j, cone row of j's contact]
     m = bl * f.mu * kl * kn  # K[cone row c, normal row c]
-    c = bl[owner] * kl[owner] * kb  # -K[cone row of j's contact, j]
-    sum_rows = lambda x: jax.ops.segment_sum(x, owner, nc, indices_are_sorted=True)
+    c = (E @ (bl * kl)) * kb  # -K[cone row of j's contact, j]
 
     def solve_k(R):  # K X = R, R (n, r)
         Rg, Rn, Rb, Rl = rows(R)
         xn = Rn / dn[:, None]
-        xl = (Rl - m[:, None] * xn + sum_rows(c[:, None] * Rb / db_[:, None])) / (dl + sum_rows(c * a / db_))[:, None]
-        xb = (Rb - a[:, None] * xl[owner]) / db_[:, None]
+        xl = (Rl - m[:, None] * xn + E.T @ (c[:, None] * Rb / db_[:, None])) / (dl + E.T @ (c * a / db_))[:, None]
+        xb = (Rb - a[:, None] * (E @ xl)) / db_[:, None]
         return jnp.concatenate([Rg / dg[:, None], xn, xb, xl])
 
     Y = solve_k(jnp.concatenate([phi[:, None], beta[:, None] * f.U], axis=1))
@@ -99,7 +99,9 @@ class NewtonResult(eqx.Module):
     capped: jax.Array
 
 
-def newton_solve(problem, z0, s, *, tol, iterations, line_search_steps, regularization, run=True, delassus=True):
+def newton_solve(
+    problem, z0, s, *, tol, iterations, line_search_steps, regularization, run=True, delassus=True, hand_over=True
+):
     """Damped Newton steps on phi(z) = 0 from z0, until the natural residual is <= tol.
 
     phi(z) = [s w]_free ; FB(z, s w)_rest with w = F(z). On an LCP that carries its
@@ -134,6 +136,9 @@ def newton_solve(problem, z0, s, *, tol, iterations, line_search_steps, regulari
         regularization: the factor of m.
         run: a boolean (traced or not); False returns z0 untouched.
         delassus: take the Delassus steps where the problem has the structure.
+        hand_over: where the Delassus steps hand over, go on with Levenberg-Marquardt
+            steps; False: stop there, unconverged (`SemismoothNewton.run_lanes` gives
+            such a lane a pass of its own instead of holding its whole block).
 
     Returns:
         A `NewtonResult`.
@@ -231,6 +236,6 @@ def newton_solve(problem, z0, s, *, tol, iterations, line_search_steps, regulari
     c = (z0, phi, w, psi, res, jnp.array(0), jnp.asarray(run), jnp.array(False), jnp.array(False))
     if structured:
         c = lax.while_loop(lambda c: cond(c) & ~c[8], lambda c: body(c, True), c)
-    final = lax.while_loop(cond, lambda c: body(c, False), c)
+    final = lax.while_loop(cond, lambda c: body(c, False), c) if hand_over or not structured else c
     z, _, _, _, res, k, _, _, _ = final
     return NewtonResult(z, res, k, going(final))

@@ -376,7 +376,9 @@ class SemismoothNewton(Solver):
         options = self._newton_options(lanes.dynamic[1].dtype, min(self.lane_iterations, self.iterations))
         tol = options["tol"]
         newton = dataclasses.replace(self, fallback=False)
-        first = lambda problem, z0: newton_solve(problem, z0, row_scale(problem.jac(jnp.zeros_like(z0))), **options)
+        first = lambda problem, z0: newton_solve(
+            problem, z0, row_scale(problem.jac(jnp.zeros_like(z0))), hand_over=False, **options
+        )
         warm = lanes.map(first)
         size = lanes.size
         open_ = warm.capped | ~(warm.residual <= tol)
