@@ -188,7 +188,11 @@ SHARDED = textwrap.dedent(
     params = {"mu": jnp.linspace(0.05, 1.5, 64), "theta0": jnp.linspace(0.2, 1.3, 64)}
     q = rbd.sweep(final, params, chunk_size=32)
     ref = jax.jit(jax.vmap(final))(params)
-    np.testing.assert_allclose(q, ref, rtol=1e-12, atol=1e-12)
+    # Agreement to the solver's tolerance (1e-10), not to 1e-12: the two layouts batch the
+    # lanes in blocks of other shapes, and XLA's round-off differs with the shape. The Delassus
+    # Newton steps are exact to about sqrt(eps), so the converged impulses, and after 70 steps
+    # the positions, differ by up to 1.4e-12 between layouts (7e-12 relative).
+    np.testing.assert_allclose(q, ref, rtol=1e-10, atol=1e-10)
     print("OK", q.shape)
     """
 )
