@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .._problems import LCP, natural_residual
+from .._problems import LCP, _direction_incidence, natural_residual
 from ._fb import fischer_burmeister, fischer_burmeister_partials
 
 ARMIJO_SIGMA = 1e-4
@@ -64,7 +64,7 @@ def delassus_direction(problem, da, db, s, phi):
     f = problem.delassus
     ng, counts = problem.n_free, problem.counts
     nc, nd = len(counts), sum(counts)
-    E = jnp.asarray(np.repeat(np.eye(nc), counts, axis=0), phi.dtype)  # (nd, nc): friction row j of contact c
+    E = jnp.asarray(_direction_incidence(counts), phi.dtype)  # (nd, nc): friction row j of contact c
     eps = float(np.sqrt(jnp.finfo(phi.dtype).eps))
     beta = db * s
     k = f.keep
@@ -99,14 +99,11 @@ class NewtonResult(eqx.Module):
     capped: jax.Array
 
 
-def newton_solve(
-    problem, z0, s, *, tol, iterations, line_search_steps, regularization, run=True, delassus=True, hand_over=True
-):
+def newton_solve(problem, z0, s, *, tol, iterations, line_search_steps, regularization, run=True, hand_over=True):
     """Damped Newton steps on phi(z) = 0 from z0, until the natural residual is <= tol.
 
     phi(z) = [s w]_free ; FB(z, s w)_rest with w = F(z). On an LCP that carries its
-    Delassus structure (`LCP.delassus`, every friction LCP of a time step) and with
-    `delassus`, the steps are first the proximal Newton steps of `delassus_direction`,
+    Delassus structure (`LCP.delassus`, every friction LCP of a time step), the steps are first the proximal Newton steps of `delassus_direction`,
     an (nv, nv) solve each; where one stalls, or leaves more than `DELASSUS_RATE` of a
     residual above tol, the solve goes on with Levenberg-Marquardt steps from there.
     A Levenberg-Marquardt step solves
@@ -135,7 +132,6 @@ def newton_solve(
         iterations, line_search_steps: static bounds.
         regularization: the factor of m.
         run: a boolean (traced or not); False returns z0 untouched.
-        delassus: take the Delassus steps where the problem has the structure.
         hand_over: where the Delassus steps hand over, go on with Levenberg-Marquardt
             steps; False: stop there, unconverged (`SemismoothNewton.run_lanes` gives
             such a lane a pass of its own instead of holding its whole block).
@@ -146,7 +142,7 @@ def newton_solve(
     # Under `vmap` (`SemismoothNewton.run_lanes`) a small bound with `capped` hands
     # the few slow lanes to a second pass instead of holding the whole batch.
     n = z0.shape[-1]
-    structured = delassus and isinstance(problem, LCP) and problem.delassus is not None
+    structured = isinstance(problem, LCP) and problem.delassus is not None
     free = jnp.arange(n) < problem.n_free
     eye = jnp.eye(n, dtype=z0.dtype)
     floor = _reg_floor(z0.dtype)
