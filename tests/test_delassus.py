@@ -1,5 +1,6 @@
 """The Delassus structure of the friction LCP and the Newton step that uses it (`_newton.delassus_direction`)."""
 
+import dataclasses
 import decimal
 import math
 
@@ -14,7 +15,8 @@ import jaxrbd as rbd
 from jaxrbd._problems import friction_lcp
 from jaxrbd.complementarity import solve
 from jaxrbd.complementarity._fb import fischer_burmeister, fischer_burmeister_partials
-from jaxrbd.complementarity._newton import delassus_direction, row_scale
+from jaxrbd.complementarity._implicit import ADJOINT_EPS_POWER
+from jaxrbd.complementarity._newton import delassus_direction, delassus_transposed_solver, row_scale
 
 IMPULSE_RTOL = 1e-8  # the random-LCP acceptance: N c_n + D beta agrees with Lemke's to 1e-8 relative
 RESIDUAL_TOL = 1e-8
@@ -100,6 +102,74 @@ def test_the_delassus_step_is_the_dense_proximal_newton_step(seed, masked):
     assert bool(jnp.all(jnp.isfinite(d)))
     bound = 100 * math.sqrt(np.finfo(np.float64).eps) * float(jnp.max(jnp.abs(dense)))
     np.testing.assert_allclose(np.asarray(d), np.asarray(dense), rtol=0, atol=bound)
+
+
+@jax.jit
+def _both_transposed_solves(lcp, key):
+    """The structured (J + eps Db)^-T r at the adjoint's eps, and the same from the dense (n, n) matrix."""
+    da, db, s, _ = _partials_at(lcp, key)
+    r = jax.random.normal(jax.random.fold_in(key, 2), (lcp.size,))
+    eps = float(jnp.finfo(r.dtype).eps) ** ADJOINT_EPS_POWER
+    dense = jnp.diag(da + eps * db) + (db * s)[:, None] * lcp.A
+    return delassus_transposed_solver(lcp, da, db, s, eps)(r), jnp.linalg.solve(dense.T, r)
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), masked=st.booleans())
+def test_the_transposed_solver_is_the_dense_transposed_solve(seed, masked):
+    """The reverse pass's (nv, nv) solve of the transpose equals the dense one, to eps_machine / eps relative.
+
+    The same cancellation as the forward step's (K^-T has entries of 1/eps), at the
+    adjoint's smaller eps = eps_machine^(2/3); its refinements against J remove it.
+    """
+    lcp = _problem(seed, masked=masked).lcp
+    u, dense = _both_transposed_solves(lcp, jax.random.PRNGKey(seed + 2))
+    assert bool(jnp.all(jnp.isfinite(u)))
+    machine = float(np.finfo(np.float64).eps)
+    bound = 100 * machine ** (1.0 - ADJOINT_EPS_POWER) * float(jnp.max(jnp.abs(dense)))
+    np.testing.assert_allclose(np.asarray(u), np.asarray(dense), rtol=0, atol=bound)
+
+
+def _velocity_gradient(params, structured):
+    """d(w . v+)/d(M, N, D, mu, b) of a solved friction LCP: the reverse pass through its structure, or by the pseudo-inverse."""
+
+    def loss(params):
+        M, N, D, mu, b = params
+        p = friction_lcp(M, N, D, mu, COUNTS, b)
+        lcp = p.lcp if structured else dataclasses.replace(p.lcp, delassus=None)
+        v = p.velocity(solve(lcp).z)
+        return jnp.dot(jnp.arange(1.0, v.shape[0] + 1.0), v)
+
+    return jax.grad(loss)(params)
+
+
+_velocity_gradients = jax.jit(
+    jax.vmap(lambda params: (_velocity_gradient(params, True), _velocity_gradient(params, False)))
+)
+
+
+def test_gradients_through_the_structure_equal_the_pseudo_inverse():
+    """Gradients of the velocity after the step: the structured transposed solve equals the dense pseudo-inverse to 1e-8.
+
+    40 random problems; where contacts stick, J is singular (the non-unique friction
+    rows) and the two solves of J^T u = z_bar differ along J^T's null space, which
+    perturbations of M, N, D, mu and b do not see.
+    """
+    params = []
+    for seed in range(40):
+        p = _problem(seed, joints=0, masked=False)
+        mu = p.lcp.delassus.mu
+        params.append((p.M, p.N, p.D, mu, p.b))
+    params = jax.tree_util.tree_map(lambda *x: jnp.stack(x), *params)
+    structured, pinv = _velocity_gradients(params)
+    flat = lambda g: g.reshape(g.shape[0], -1)
+    # Relative to the problem's largest gradient (the data are all of order one): a
+    # gradient that is zero (a separating contact's mu) comes out at round-off, 1e-30..1e-15.
+    scale = jnp.max(jnp.abs(jnp.concatenate([flat(g) for g in pinv], axis=1)), axis=1, keepdims=True)
+    for g, ref in zip(structured, pinv, strict=True):
+        assert bool(jnp.all(jnp.isfinite(g)))
+        error = jnp.abs(flat(g) - flat(ref))
+        assert bool(jnp.all(error <= 1e-8 * scale)), float(jnp.max(error / scale))
 
 
 # Magnitudes whose squares do not underflow (r = sqrt(a^2 + b^2) is formed from them), and zero.

@@ -40,6 +40,78 @@ def row_scale(J):
     return jnp.where(m > 0, 1.0 / jnp.where(m > 0, m, 1.0), 1.0)
 
 
+class _DelassusBlocks(eqx.Module):
+    """K = Da + eps Db + Db S C and the factors of J + eps Db = K + Db S U M^{-1} U^T (`delassus_direction`).
+
+    K's only off-diagonal entries couple each contact's friction rows with its cone
+    row, so K X = R and K^T X = R are solved in closed form, contact by contact.
+    """
+
+    f: object  # the `Delassus` structure
+    beta: jax.Array  # (n,) db * s: the row factor of C and of U M^{-1} U^T
+    dg: jax.Array  # (ng,) K's diagonal on the equality rows
+    dn: jax.Array  # (nc,) ... on the normal rows
+    db: jax.Array  # (nd,) ... on the friction rows
+    dl: jax.Array  # (nc,) ... on the cone rows
+    a: jax.Array  # (nd,) K[j, cone row of j's contact]
+    m: jax.Array  # (nc,) K[cone row c, normal row c]
+    c: jax.Array  # (nd,) -K[cone row of j's contact, j]
+    E: jax.Array  # (nd, nc) friction row j belongs to contact c
+    ng: int = eqx.field(static=True)
+    nc: int = eqx.field(static=True)
+
+    def rows(self, x):
+        ng, nc, nd = self.ng, self.nc, self.a.shape[0]
+        return x[:ng], x[ng : ng + nc], x[ng + nc : ng + nc + nd], x[ng + nc + nd :]
+
+    def solve(self, R):
+        """K X = R for R (n, r)."""
+        E, a, c, db = self.E, self.a, self.c, self.db
+        Rg, Rn, Rb, Rl = self.rows(R)
+        xn = Rn / self.dn[:, None]
+        xl = (Rl - self.m[:, None] * xn + E.T @ (c[:, None] * Rb / db[:, None])) / (self.dl + E.T @ (c * a / db))[
+            :, None
+        ]
+        xb = (Rb - a[:, None] * (E @ xl)) / db[:, None]
+        return jnp.concatenate([Rg / self.dg[:, None], xn, xb, xl])
+
+    def solve_transposed(self, R):
+        """K^T X = R for R (n, r)."""
+        E, a, c, db = self.E, self.a, self.c, self.db
+        Rg, Rn, Rb, Rl = self.rows(R)
+        xl = (Rl - E.T @ (a[:, None] * Rb / db[:, None])) / (self.dl + E.T @ (c * a / db))[:, None]
+        xb = (Rb + c[:, None] * (E @ xl)) / db[:, None]
+        xn = (Rn - self.m[:, None] * xl) / self.dn[:, None]
+        return jnp.concatenate([Rg / self.dg[:, None], xn, xb, xl])
+
+
+def _delassus_blocks(problem, da, db, s, eps):
+    f = problem.delassus
+    ng, counts = problem.n_free, problem.counts
+    nc, nd = len(counts), sum(counts)
+    E = jnp.asarray(_direction_incidence(counts), da.dtype)
+    beta = db * s
+    k = f.keep
+    diag = da + eps * db + beta * (1.0 - k)  # masked rows: C has a unit diagonal
+    rows = lambda x: (x[:ng], x[ng : ng + nc], x[ng + nc : ng + nc + nd], x[ng + nc + nd :])
+    (_, kn, kb, kl), (dg, dn, db_, dl), (_, _, bb, bl) = rows(k), rows(diag), rows(beta)
+    # Products with E and E^T (not gathers and segment sums): they batch well under vmap.
+    return _DelassusBlocks(
+        f=f,
+        beta=beta,
+        dg=dg,
+        dn=dn,
+        db=db_,
+        dl=dl,
+        a=bb * kb * (E @ kl),
+        m=bl * f.mu * kl * kn,
+        c=(E @ (bl * kl)) * kb,
+        E=E,
+        ng=ng,
+        nc=nc,
+    )
+
+
 def delassus_direction(problem, da, db, s, phi):
     """The proximal Newton step d = -(J + eps Db)^{-1} phi on a friction LCP, by its Delassus structure.
 
@@ -61,32 +133,30 @@ def delassus_direction(problem, da, db, s, phi):
     Returns:
         (n,) the step d.
     """
-    f = problem.delassus
-    ng, counts = problem.n_free, problem.counts
-    nc, nd = len(counts), sum(counts)
-    E = jnp.asarray(_direction_incidence(counts), phi.dtype)  # (nd, nc): friction row j of contact c
-    eps = float(np.sqrt(jnp.finfo(phi.dtype).eps))
-    beta = db * s
-    k = f.keep
-    diag = da + eps * db + beta * (1.0 - k)  # masked rows: C has a unit diagonal
-    rows = lambda x: (x[:ng], x[ng : ng + nc], x[ng + nc : ng + nc + nd], x[ng + nc + nd :])
-    (_, kn, kb, kl), (dg, dn, db_, dl), (_, _, bb, bl) = rows(k), rows(diag), rows(beta)
-    # Products with E and E^T (not gathers and segment sums): they batch well under vmap.
-    a = bb * kb * (E @ kl)  # K[j, cone row of j's contact]
-    m = bl * f.mu * kl * kn  # K[cone row c, normal row c]
-    c = (E @ (bl * kl)) * kb  # -K[cone row of j's contact, j]
-
-    def solve_k(R):  # K X = R, R (n, r)
-        Rg, Rn, Rb, Rl = rows(R)
-        xn = Rn / dn[:, None]
-        xl = (Rl - m[:, None] * xn + E.T @ (c[:, None] * Rb / db_[:, None])) / (dl + E.T @ (c * a / db_))[:, None]
-        xb = (Rb - a[:, None] * (E @ xl)) / db_[:, None]
-        return jnp.concatenate([Rg / dg[:, None], xn, xb, xl])
-
-    Y = solve_k(jnp.concatenate([phi[:, None], beta[:, None] * f.U], axis=1))
+    K = _delassus_blocks(problem, da, db, s, float(np.sqrt(jnp.finfo(phi.dtype).eps)))
+    U = K.f.U
+    Y = K.solve(jnp.concatenate([phi[:, None], K.beta[:, None] * U], axis=1))
     y, YU = Y[:, 0], Y[:, 1:]
-    t = jnp.linalg.solve(f.M + f.U.T @ YU, f.U.T @ y)
+    t = jnp.linalg.solve(K.f.M + U.T @ YU, U.T @ y)
     return YU @ t - y
+
+
+def delassus_transposed_solver(problem, da, db, s, eps):
+    """r -> (J + eps Db)^{-T} r for the J of `delassus_direction` and a given eps, one factorization for every r.
+
+    Woodbury on the transpose, K^T + U M^{-1} U^T Db S, leaves the transpose of the
+    forward step's (nv, nv) matrix, M + U^T Db S K^{-T} U; it is LU-factored once.
+    """
+    K = _delassus_blocks(problem, da, db, s, eps)
+    U = K.f.U
+    W = K.solve_transposed(U)  # K^{-T} U
+    factor = jax.scipy.linalg.lu_factor(K.f.M + U.T @ (K.beta[:, None] * W))
+
+    def solve(r):
+        v = K.solve_transposed(r[:, None])[:, 0]
+        return v - W @ jax.scipy.linalg.lu_solve(factor, U.T @ (K.beta * v))
+
+    return solve
 
 
 class NewtonResult(eqx.Module):
