@@ -95,8 +95,9 @@ def _structured_transposed_solve(problem, da, db, z_bar, rtol):
 
     The regularized transpose (J + eps Db)^T of `delassus_transposed_solver` (an (nv,
     nv) LU instead of the (n, n) decompositions of the pseudo-inverse), eps =
-    machine eps^ADJOINT_EPS_POWER, refined `ADJOINT_REFINEMENTS` times against J^T itself. Where J is singular and z_bar lies
-    in J^T's range, the refinements converge to a solution of J^T u = z_bar; it differs
+    machine eps^ADJOINT_EPS_POWER, refined `ADJOINT_REFINEMENTS` times against J^T
+    itself. Where J is singular and z_bar lies in J^T's range, the refinements
+    converge to a solution of J^T u = z_bar; it differs
     from the pseudo-inverse's only along J^T's null space, which a consistent
     perturbation of the problem does not see (the module docstring).
 

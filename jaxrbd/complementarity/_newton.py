@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .._problems import LCP, _direction_incidence, natural_residual
+from .._problems import LCP, Delassus, _direction_incidence, natural_residual
 from ._fb import fischer_burmeister, fischer_burmeister_partials
 
 ARMIJO_SIGMA = 1e-4
@@ -20,8 +20,8 @@ REG_FLOOR = 1e-10  # float64; float32 uses 100 eps (see `_reg_floor`)
 # four-ball steps stalled above tolerance after 30 iterations; with 3 refinements one.
 REFINEMENTS = 3
 QUIET = 1e-6  # residuals below QUIET * tol (not below 4 eps) are not polished
-# A Delassus step (`delassus_direction`) that stalls, or (from the solve's
-# DELASSUS_PATIENCE-th step on) leaves more than DELASSUS_RATE of a residual above tol,
+# A Delassus step (`delassus_direction`) that stalls, or (after the solve's first
+# DELASSUS_PATIENCE steps) leaves more than DELASSUS_RATE of a residual above tol,
 # hands the solve over to Levenberg-Marquardt steps. The first steps from a poor warm
 # start are damped Newton steps that need not halve the residual: on the four balls'
 # steps 116-128 (warm residual 0.07-0.4, contacts changing) the rate test handed over
@@ -53,7 +53,7 @@ class _DelassusBlocks(eqx.Module):
     row, so K X = R and K^T X = R are solved in closed form, contact by contact.
     """
 
-    f: object  # the `Delassus` structure
+    f: Delassus
     beta: jax.Array  # (n,) db * s: the row factor of C and of U M^{-1} U^T
     dg: jax.Array  # (ng,) K's diagonal on the equality rows
     dn: jax.Array  # (nc,) ... on the normal rows
@@ -70,14 +70,16 @@ class _DelassusBlocks(eqx.Module):
         ng, nc, nd = self.ng, self.nc, self.a.shape[0]
         return x[:ng], x[ng : ng + nc], x[ng + nc : ng + nc + nd], x[ng + nc + nd :]
 
+    def _cone_pivot(self):
+        """(nc,) each cone row's diagonal once its contact's friction rows are eliminated."""
+        return self.dl + self.E.T @ (self.c * self.a / self.db)
+
     def solve(self, R):
         """K X = R for R (n, r)."""
         E, a, c, db = self.E, self.a, self.c, self.db
         Rg, Rn, Rb, Rl = self.rows(R)
         xn = Rn / self.dn[:, None]
-        xl = (Rl - self.m[:, None] * xn + E.T @ (c[:, None] * Rb / db[:, None])) / (self.dl + E.T @ (c * a / db))[
-            :, None
-        ]
+        xl = (Rl - self.m[:, None] * xn + E.T @ (c[:, None] * Rb / db[:, None])) / self._cone_pivot()[:, None]
         xb = (Rb - a[:, None] * (E @ xl)) / db[:, None]
         return jnp.concatenate([Rg / self.dg[:, None], xn, xb, xl])
 
@@ -85,13 +87,14 @@ class _DelassusBlocks(eqx.Module):
         """K^T X = R for R (n, r)."""
         E, a, c, db = self.E, self.a, self.c, self.db
         Rg, Rn, Rb, Rl = self.rows(R)
-        xl = (Rl - E.T @ (a[:, None] * Rb / db[:, None])) / (self.dl + E.T @ (c * a / db))[:, None]
+        xl = (Rl - E.T @ (a[:, None] * Rb / db[:, None])) / self._cone_pivot()[:, None]
         xb = (Rb + c[:, None] * (E @ xl)) / db[:, None]
         xn = (Rn - self.m[:, None] * xl) / self.dn[:, None]
         return jnp.concatenate([Rg / self.dg[:, None], xn, xb, xl])
 
 
 def _delassus_blocks(problem, da, db, s, eps):
+    """K's blocks for the Newton matrix Da + Db S A of a friction LCP (`LCP.delassus`) and the regularization eps."""
     f = problem.delassus
     ng, counts = problem.n_free, problem.counts
     nc, nd = len(counts), sum(counts)
