@@ -62,24 +62,19 @@ class _DelassusBlocks(eqx.Module):
     a: jax.Array  # (nd,) K[j, cone row of j's contact]
     m: jax.Array  # (nc,) K[cone row c, normal row c]
     c: jax.Array  # (nd,) -K[cone row of j's contact, j]
+    pivot: jax.Array  # (nc,) each cone row's diagonal once its contact's friction rows are eliminated
     E: jax.Array  # (nd, nc) friction row j belongs to contact c
     ng: int = eqx.field(static=True)
-    nc: int = eqx.field(static=True)
 
     def rows(self, x):
-        ng, nc, nd = self.ng, self.nc, self.a.shape[0]
-        return x[:ng], x[ng : ng + nc], x[ng + nc : ng + nc + nd], x[ng + nc + nd :]
-
-    def _cone_pivot(self):
-        """(nc,) each cone row's diagonal once its contact's friction rows are eliminated."""
-        return self.dl + self.E.T @ (self.c * self.a / self.db)
+        return _split_rows(x, self.ng, *self.E.shape[::-1])
 
     def solve(self, R):
         """K X = R for R (n, r)."""
         E, a, c, db = self.E, self.a, self.c, self.db
         Rg, Rn, Rb, Rl = self.rows(R)
         xn = Rn / self.dn[:, None]
-        xl = (Rl - self.m[:, None] * xn + E.T @ (c[:, None] * Rb / db[:, None])) / self._cone_pivot()[:, None]
+        xl = (Rl - self.m[:, None] * xn + E.T @ (c[:, None] * Rb / db[:, None])) / self.pivot[:, None]
         xb = (Rb - a[:, None] * (E @ xl)) / db[:, None]
         return jnp.concatenate([Rg / self.dg[:, None], xn, xb, xl])
 
@@ -87,10 +82,15 @@ class _DelassusBlocks(eqx.Module):
         """K^T X = R for R (n, r)."""
         E, a, c, db = self.E, self.a, self.c, self.db
         Rg, Rn, Rb, Rl = self.rows(R)
-        xl = (Rl - E.T @ (a[:, None] * Rb / db[:, None])) / self._cone_pivot()[:, None]
+        xl = (Rl - E.T @ (a[:, None] * Rb / db[:, None])) / self.pivot[:, None]
         xb = (Rb + c[:, None] * (E @ xl)) / db[:, None]
         xn = (Rn - self.m[:, None] * xl) / self.dn[:, None]
         return jnp.concatenate([Rg / self.dg[:, None], xn, xb, xl])
+
+
+def _split_rows(x, ng, nc, nd):
+    """The equality, normal, friction and cone rows of a friction LCP's x."""
+    return x[:ng], x[ng : ng + nc], x[ng + nc : ng + nc + nd], x[ng + nc + nd :]
 
 
 def _delassus_blocks(problem, da, db, s, eps):
@@ -102,9 +102,11 @@ def _delassus_blocks(problem, da, db, s, eps):
     beta = db * s
     k = f.keep
     diag = da + eps * db + beta * (1.0 - k)  # masked rows: C has a unit diagonal
-    rows = lambda x: (x[:ng], x[ng : ng + nc], x[ng + nc : ng + nc + nd], x[ng + nc + nd :])
+    rows = lambda x: _split_rows(x, ng, nc, nd)
     (_, kn, kb, kl), (dg, dn, db_, dl), (_, _, bb, bl) = rows(k), rows(diag), rows(beta)
     # Products with E and E^T (not gathers and segment sums): they batch well under vmap.
+    a = bb * kb * (E @ kl)
+    c = (E @ (bl * kl)) * kb
     return _DelassusBlocks(
         f=f,
         beta=beta,
@@ -112,12 +114,12 @@ def _delassus_blocks(problem, da, db, s, eps):
         dn=dn,
         db=db_,
         dl=dl,
-        a=bb * kb * (E @ kl),
+        a=a,
         m=bl * f.mu * kl * kn,
-        c=(E @ (bl * kl)) * kb,
+        c=c,
+        pivot=dl + E.T @ (c * a / db_),
         E=E,
         ng=ng,
-        nc=nc,
     )
 
 
