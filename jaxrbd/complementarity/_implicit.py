@@ -24,6 +24,10 @@ transpose solve is then the (nv, nv) Woodbury solve of the forward Newton steps,
 transposed and refined (`_structured_transposed_solve`). In the consistent case it
 gives the same gradient as the pseudo-inverse; where its refinements do not meet
 z_bar, the pseudo-inverse is computed after all.
+
+The solve's result carries the name `SOLUTION` (`jax.ad_checkpoint.checkpoint_name`),
+so a rematerialized step (`simulate`'s) keeps it and never runs the solver again in
+its reverse pass.
 """
 
 import abc
@@ -31,6 +35,7 @@ import abc
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
 
 from .._problems import LCP
 from ._fb import fischer_burmeister_partials
@@ -143,6 +148,9 @@ def min_norm_lstsq(B, c, rtol):
     return jnp.zeros_like(c).at[perm].set(Z @ x)
 
 
+SOLUTION = "jaxrbd.solution"
+
+
 @eqx.filter_custom_vjp
 def _implicit(problem, run, adjoint, z0):
     return run(problem, z0)
@@ -152,6 +160,7 @@ def _implicit(problem, run, adjoint, z0):
 def _implicit_fwd(perturbed, problem, run, adjoint, z0):
     del perturbed
     raw = run(problem, z0)
+    raw = jax.tree_util.tree_map(lambda x: checkpoint_name(x, SOLUTION) if eqx.is_array(x) else x, raw)
     return raw, raw
 
 

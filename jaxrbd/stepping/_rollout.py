@@ -10,6 +10,7 @@ import numpy as np
 from .. import dynamics
 from .._validate import check_value, is_traced
 from ..complementarity import Solver
+from ..complementarity._implicit import SOLUTION
 from ..cones import Cone
 from ..model import State, check_system
 from ._dense import DenseStep
@@ -74,7 +75,28 @@ def choose_solver(system, state, *, scheme=None, solver=None, friction=None, res
     return DenseStep()
 
 
+# What a step keeps for its reverse pass: the results of matrix products and of the
+# linear algebra (one LAPACK call each, or a loop of them), and the complementarity
+# solves' results (`SOLUTION`). Everything else (slices, elementwise arithmetic,
+# the contact geometry) is recomputed there, where XLA fuses it into the transposed
+# operations. Stored instead, each value is a buffer of the scan of its own, written
+# by a thunk of its own in every step (about 170 per four-ball step): on small scenes
+# that costs more than the arithmetic it saves.
+_KEPT_PRIMITIVES = frozenset(
+    ("dot_general", "lu", "lu_pivots_to_permutation", "cholesky", "triangular_solve", "qr", "householder_product")
+    + ("geqrf", "geqp3", "ormqr", "eigh", "svd", "tridiagonal_solve")
+)
+
+
+def _kept(primitive, *_, **params):
+    if primitive.name == "name":
+        return params["name"] == SOLUTION
+    return primitive.name in _KEPT_PRIMITIVES
+
+
 def _rollout(step_fn, state, z0, steps, xs=None):
+    step_fn = jax.checkpoint(step_fn, policy=_kept, prevent_cse=False)
+
     def body(carry, x):
         state, z = carry
         state, z, impulses, stats = step_fn(state, z, x)
