@@ -316,7 +316,7 @@ def _measure(full, q0, v0, steps, batch_start, batch_steps, batches, repeats):
     row["final_q"] = np.asarray(compiled(q0, v0))
     try:
         grad, row["grad_compile_s"] = _compile(jax.grad(lambda q, v: jnp.sum(rollout(q, v, steps))), q0, v0)
-        row["grad_over_forward"] = median_time(grad, q0, v0, repeats=1) / elapsed
+        row["grad_over_forward"] = median_time(grad, q0, v0, repeats=repeats) / elapsed
     except Exception as err:  # MJX's solver loop is not reverse-differentiable
         row["grad_error"] = f"{type(err).__name__}: {str(err).splitlines()[0][:80]}"
     row["batches"] = {}
