@@ -36,16 +36,18 @@ def _gravity_potential(q, p):
     return p["mass"] * p["gravity"] * q[1]
 
 
-_ENDS = jnp.array([1.0, -1.0])  # the "+" end at angle theta, the "-" end opposite
+def _ends(x, half):
+    """(x + half, x - half): the "+" end at angle theta, the "-" end opposite (no array built at import)."""
+    return jnp.stack([x + half, x - half])
 
 
 def _rod_gaps(q, p):
     """f+- = y +- (l/2) sin(theta) - r (003 §4.1)."""
-    return q[1] + _ENDS * 0.5 * p["length"] * jnp.sin(q[2]) - p["radius"]
+    return _ends(q[1], 0.5 * p["length"] * jnp.sin(q[2])) - p["radius"]
 
 
 def _rod_contact_x(q, p):
-    return q[0] + _ENDS * 0.5 * p["length"] * jnp.cos(q[2])
+    return _ends(q[0], 0.5 * p["length"] * jnp.cos(q[2]))
 
 
 def _rod_tangents(q, p):

@@ -9,7 +9,8 @@ import subprocess
 import sys
 
 # Prints the cache directory after `import jaxrbd`; with an argument, also compiles one program (every
-# program cached: the minimum compile time set to 0) and counts the persistent cache's hits.
+# program cached: the minimum compile time set to 0) and counts the persistent cache's hits; with "off",
+# turns the cache off first.
 PROGRAM = """
 import json, sys
 import jaxrbd, jax, jax.numpy as jnp
@@ -17,6 +18,8 @@ hits = []
 jax.monitoring.register_event_listener(
     lambda event, **kw: hits.append(event) if event == "/jax/compilation_cache/cache_hits" else None)
 out = {"dir": jax.config.jax_compilation_cache_dir, "enabled": jax.config.jax_enable_compilation_cache}
+if "off" in sys.argv[1:]:
+    jax.config.update("jax_enable_compilation_cache", False)
 if len(sys.argv) > 1:
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.jit(lambda x: jnp.sin(x) * 3.0 + jnp.cos(x))(jnp.arange(7.0)).block_until_ready()
@@ -47,6 +50,16 @@ def test_the_cache_is_on_by_default_and_a_second_process_loads_from_it(tmp_path)
     assert any(cache.iterdir()), "nothing was written to the cache directory"
     second = _run({"JAXRBD_CACHE_DIR": str(cache)}, "compile")
     assert second["hits"] >= 1  # the program (and the eager ops before it, cached too at 0 s)
+
+
+def test_turning_the_cache_off_after_import_works(tmp_path):
+    """`import jaxrbd` compiles nothing (JAX decides once per process, at the first compile, whether the
+    cache is used), so `jax.config.update("jax_enable_compilation_cache", False)` after it still holds:
+    `jaxrbd bench` does that to measure compile times. (A module-level jnp.array in `scenes` once compiled
+    at import, and the benchmark's compile times came from the cache.)"""
+    cache = tmp_path / "xla"
+    _run({"JAXRBD_CACHE_DIR": str(cache)}, "compile", "off")
+    assert not cache.exists() or not any(cache.iterdir()), "a program was written to the cache turned off"
 
 
 def test_the_default_directory_is_under_the_home_directory(tmp_path):
