@@ -110,7 +110,6 @@ def test_gradient_through_friction_builder_wrt_mu():
     np.testing.assert_allclose(jax.grad(friction_x)(0.3), -1.0, rtol=1e-10)
 
 
-
 def test_reverse_pass_does_not_run_the_solver_again():
     """`simulate` rematerializes its step in the reverse pass but keeps each solve's result: the compiled
     gradient recomputes the step's geometry and arithmetic, never the solver's loops, and is the exact one.
