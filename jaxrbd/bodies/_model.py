@@ -20,6 +20,7 @@ import numpy as np
 from .. import _rotation as rot
 from .. import geometry
 from .._contacts import Contacts
+from .._lanes import every_lane
 from ..model import System
 
 
@@ -965,7 +966,8 @@ def energy_momentum_rotation(quat, inertia, L, h):
     The energy-momentum step (`BodyModel.free_flight`); the bodies whose midpoint
     equation is not solved in one step (`midpoint_rate`) take `SUBSTEPS` steps of
     h / SUBSTEPS instead, which keep the same invariants. `solved` is False for a
-    body that neither solves.
+    body that neither solves. Under `vmap` the substeps run only in the steps where
+    some lane of the batch needs them (`every_lane`).
     """
     single = _rotate(quat, inertia, L, h, 1)
 
@@ -974,7 +976,7 @@ def energy_momentum_rotation(quat, inertia, L, h):
         pick = lambda one, many: jnp.where(single[2][:, None], one, many)
         return jax.tree.map(pick, single[:2], sub[:2]) + (single[2] | sub[2],)
 
-    return jax.lax.cond(jnp.all(single[2]), lambda _: single, substepped, None)
+    return jax.lax.cond(every_lane(single[2]), lambda _: single, substepped, None)
 
 
 def _block_diagonal(blocks):

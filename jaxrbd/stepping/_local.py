@@ -1,25 +1,41 @@
-"""The exact local solve of one contact's polygon-cone LCP, for `ContactSweeps`."""
+"""The exact local solve of one contact's polygon-cone LCP, for `ContactSweeps`.
 
-import jax
+Written for the CPU's vector units: every quantity of a contact is a scalar or a
+short vector over the candidates, the sums over the 3 rows and the k directions
+are unrolled, and the best candidate is kept by a running selection. Under the
+`vmap`s over contacts and environments each of these becomes an elementwise
+operation on whole arrays, which XLA fuses; products and reductions over axes of
+size 3 or 8 would instead run as slow batched kernels (`jaxrbd._small`).
+"""
+
 import jax.numpy as jnp
 
 
-def _inverse3(A):
-    """(..., 3, 3) inverses by the adjugate (closed form: no pivoting loop, vectorizes everywhere)."""
-    c = jnp.stack(
-        [
-            jnp.cross(A[..., 1, :], A[..., 2, :]),
-            jnp.cross(A[..., 2, :], A[..., 0, :]),
-            jnp.cross(A[..., 0, :], A[..., 1, :]),
-        ],
-        -1,
+def _det3(r0, r1, r2):
+    """The determinant of the 3 x 3 matrix with rows r0, r1, r2 (tuples of 3 arrays)."""
+    return (
+        r0[0] * (r1[1] * r2[2] - r1[2] * r2[1])
+        - r0[1] * (r1[0] * r2[2] - r1[2] * r2[0])
+        + r0[2] * (r1[0] * r2[1] - r1[1] * r2[0])
     )
-    det = jnp.sum(A[..., 0, :] * c[..., :, 0], -1)
-    safe = jnp.where(det != 0, det, 1.0)
-    return c / safe[..., None, None]
 
 
-def enumerate_contact(W, u, mu, S, A, b):
+def _solve3(rows, rhs):
+    """x with rows . x = rhs by Cramer's rule, for rows (3 tuples of 3 arrays) and rhs (3 arrays).
+
+    A singular system gives the numerators (finite): a candidate built from it is
+    rejected by its residual.
+    """
+    det = _det3(*rows)
+    det = jnp.where(det != 0, det, 1.0)
+
+    def replaced(i):
+        return [tuple(rhs[r] if c == i else rows[r][c] for c in range(3)) for r in range(3)]
+
+    return tuple(_det3(*replaced(i)) / det for i in range(3))
+
+
+def enumerate_contact(W, u, mu, S):
     """Exact solution of one contact's polyhedral-cone LCP by enumerating its pieces.
 
     The impulse p = (c_n, c_t) of a contact with Delassus block W, free relative
@@ -28,63 +44,81 @@ def enumerate_contact(W, u, mu, S, A, b):
     the polygon, written on the two directions around it); c_t = mu c_n s_j on a
     vertex (sliding against s_j); or on an edge between s_j and s_j+1. Each of those
     2k + 2 candidates is a closed-form solve of at most 3 x 3; the one with the
-    smallest natural residual of the LCP (A, b) in z = [c_n, beta, lam] is returned.
+    smallest natural residual of the contact's LCP in z = [c_n, beta (k), lam],
+    w = [v_n, s_i . v_t + lam, mu c_n - sum beta] with v = W p + u, is returned.
 
-    Args (one contact; vmap for many): W (3, 3), u (3,), mu (), S (k, 2), A (m, m), b (m,).
+    Args (one contact; vmap for many): W (3, 3), u (3,), mu (), S (k, 2).
 
     Returns:
-        (z (m,), its natural residual).
+        (z (k + 2,), its natural residual).
     """
-    k = S.shape[0]
-    dtype = W.dtype
-    e_n = jnp.array([1.0, 0.0, 0.0], dtype)
-    Sn = jnp.concatenate([jnp.zeros((k, 1), dtype), S], 1)  # (k, 3): the directions in (n, t, o)
-    Sn1 = jnp.roll(Sn, -1, axis=0)
-    idx = jnp.arange(k)
+    k, dtype = S.shape[0], W.dtype
+    zero = jnp.zeros((), dtype)
+    Wr = [[W[r, c] for c in range(3)] for r in range(3)]
+    s0, s1 = S[:, 0], S[:, 1]  # (k,) each
+    n0, n1 = jnp.roll(s0, -1), jnp.roll(s1, -1)  # s_j+1
 
-    def lam_of(p):
-        vt = (W @ p + u)[1:]
-        return jnp.maximum(-jnp.min(S @ vt), 0.0)
+    # Each candidate is (c_n, j, b_j, b_j+1) and lam: beta is b_j on direction j and b_j+1 on j + 1 (mod k).
+    # Sticking: W p = -u; c_t = b_j s_j + b_j+1 s_j+1 on the sector j whose smaller coefficient is largest.
+    p = _solve3(Wr, (-u[0], -u[1], -u[2]))
+    det = s0 * n1 - s1 * n0
+    det = jnp.where(det != 0, det, 1.0)
+    coef0, coef1 = (n1 * p[1] - n0 * p[2]) / det, (s0 * p[2] - s1 * p[1]) / det  # (k,)
+    sector, worst = 0, jnp.minimum(coef0[0], coef1[0])
+    for j in range(1, k):
+        here = jnp.minimum(coef0[j], coef1[j])
+        sector, worst = jnp.where(here > worst, j, sector), jnp.maximum(here, worst)
+    pick = lambda x: sum(jnp.where(sector == j, x[j], zero) for j in range(k))
+    stick = (p[0], sector, pick(coef0), pick(coef1))
 
-    def z_of(c_n, beta, lam):
-        return jnp.concatenate([c_n[None], beta, lam[None]])
+    # Sliding on vertex j: p = c_n (1, mu s_j), normal velocity zero.
+    c_n = -u[0] / (Wr[0][0] + mu * (Wr[0][1] * s0 + Wr[0][2] * s1))  # (k,)
+    vertex = (c_n, None, mu * c_n, jnp.zeros((k,), dtype))
 
-    # Sticking: W p = -u, c_t on the two directions of its sector.
-    p = -_inverse3(W) @ u
-    pair = jnp.stack([S, jnp.roll(S, -1, axis=0)], -1)  # (k, 2, 2): columns s_j, s_j+1
-    det = pair[:, 0, 0] * pair[:, 1, 1] - pair[:, 0, 1] * pair[:, 1, 0]
-    inv = jnp.stack(
-        [jnp.stack([pair[:, 1, 1], -pair[:, 0, 1]], -1), jnp.stack([-pair[:, 1, 0], pair[:, 0, 0]], -1)], -2
+    # Sliding on edge (j, j+1): x = (c_n, b_j, b_j+1) with v_n = 0, equal slip along s_j and s_j+1
+    # ((s_j - s_j+1) . v_t = 0), and b_j + b_j+1 = mu c_n.
+    d0, d1 = s0 - n0, s1 - n1
+    Wp = lambda r: (Wr[r][0], Wr[r][1] * s0 + Wr[r][2] * s1, Wr[r][1] * n0 + Wr[r][2] * n1)  # row r of W P, (k,)
+    Wp0, Wp1, Wp2 = Wp(0), Wp(1), Wp(2)
+    slip = tuple(d0 * Wp1[c] + d1 * Wp2[c] for c in range(3))
+    ones = jnp.ones((k,), dtype)
+    edge = _solve3((Wp0, slip, (mu * ones, -ones, -ones)), (-u[0] * ones, -(d0 * u[1] + d1 * u[2]), 0.0 * ones))
+
+    # The candidates side by side, (2k + 2,) each: separation, sticking, the vertices, the edges.
+    sides = lambda sep, st, vx, ed: jnp.concatenate([jnp.stack([sep, st]), vx, ed])
+    c_n = sides(zero, stick[0], vertex[0], edge[0])
+    j = sides(0, sector, jnp.arange(k), jnp.arange(k))
+    b0 = sides(zero, stick[2], vertex[2], edge[1])
+    b1 = sides(zero, stick[3], vertex[3], edge[2])
+    # The friction impulse b_j s_j + b_j+1 s_j+1 of each candidate (the vertices' b_j+1 is zero).
+    pt = sides(zero, stick[2] * pick(s0) + stick[3] * pick(n0), vertex[2] * s0, edge[1] * s0 + edge[2] * n0)
+    po = sides(zero, stick[2] * pick(s1) + stick[3] * pick(n1), vertex[2] * s1, edge[1] * s1 + edge[2] * n1)
+    v = [Wr[r][0] * c_n + Wr[r][1] * pt + Wr[r][2] * po + u[r] for r in range(3)]
+    slips = [S[i, 0] * v[1] + S[i, 1] * v[2] for i in range(k)]  # s_i . v_t
+    lam = jnp.maximum(-_running(jnp.minimum, slips), 0.0)  # the smallest lam that makes every w_i >= 0
+    lam = lam.at[1].set(0.0)  # sticking: no slip
+
+    natural = lambda z, w: jnp.abs(jnp.minimum(z, w))
+    beta = lambda i: jnp.where(j == i, b0, 0.0) + jnp.where((j + 1) % k == i, b1, 0.0)
+    residual = _running(
+        jnp.maximum,
+        [natural(c_n, v[0]), natural(lam, mu * c_n - b0 - b1)] + [natural(beta(i), slips[i] + lam) for i in range(k)],
     )
-    coef = jnp.einsum("kij,j->ki", inv, p[1:]) / det[:, None]  # (k, 2)
-    j = jnp.argmax(jnp.min(coef, -1))
-    beta = jnp.zeros((k,), dtype).at[j].add(coef[j, 0]).at[(j + 1) % k].add(coef[j, 1])
-    stick = z_of(p[0], beta, jnp.zeros((), dtype))
+    residual = jnp.where(jnp.isfinite(residual), residual, jnp.inf)
 
-    # Sliding on vertex j: p = c_n (e_n + mu s_j), normal velocity zero.
-    d = e_n[None] + mu * Sn  # (k, 3)
-    c_n = -u[0] / jnp.einsum("kj,kj->k", d @ W.T, jnp.broadcast_to(e_n, d.shape))
-    vertex = jax.vmap(lambda c, jj: z_of(c, mu * c * (idx == jj).astype(dtype), lam_of(c * (e_n + mu * Sn[jj]))))(
-        c_n, idx
-    )
+    best, smallest = 0, residual[0]  # separation: always finite
+    for n in range(1, 2 * k + 2):
+        best, smallest = jnp.where(residual[n] < smallest, n, best), jnp.minimum(residual[n], smallest)
+    chosen = lambda x: sum(jnp.where(best == n, x[n], 0) for n in range(2 * k + 2))
+    c_n, j, b0, b1, lam = chosen(c_n), chosen(j), chosen(b0), chosen(b1), chosen(lam)
+    directions = jnp.arange(k)
+    beta = jnp.where(directions == j, b0, 0.0) + jnp.where(directions == (j + 1) % k, b1, 0.0)
+    return jnp.concatenate([c_n[None], beta, lam[None]]), smallest
 
-    # Sliding on edge (j, j+1): x = (c_n, beta_j, beta_j+1) with w_n = 0, equal slip along s_j and s_j+1,
-    # and beta_j + beta_j+1 = mu c_n.
-    def edge(jj):
-        P = jnp.stack([e_n, Sn[jj], Sn1[jj]], -1)  # (3, 3)
-        WP = W @ P
-        diff = Sn[jj] - Sn1[jj]
-        M = jnp.stack([WP[0], diff @ WP, jnp.stack([mu, -1.0, -1.0]).astype(dtype)])
-        rhs = -jnp.stack([u[0], diff @ u, jnp.zeros((), dtype)])
-        x = _inverse3(M) @ rhs
-        beta = jnp.zeros((k,), dtype).at[jj].add(x[1]).at[(jj + 1) % k].add(x[2])
-        return z_of(x[0], beta, lam_of(P @ x))
 
-    edges = jax.vmap(edge)(idx)
-    separate = jnp.zeros((k + 2,), dtype).at[-1].set(lam_of(jnp.zeros((3,), dtype)))
-    candidates = jnp.concatenate([separate[None], stick[None], vertex, edges])
-    candidates = jnp.where(jnp.isfinite(candidates), candidates, jnp.inf)
-    w = candidates @ A.T + b
-    residual = jnp.max(jnp.abs(jnp.minimum(candidates, w)), -1)
-    best = jnp.argmin(residual)
-    return candidates[best], residual[best]
+def _running(op, xs):
+    """op folded over the list xs (unrolled: a reduction over a tiny axis is slow on the CPU)."""
+    out = xs[0]
+    for x in xs[1:]:
+        out = op(out, x)
+    return out

@@ -40,6 +40,7 @@ import numpy as np
 
 from .. import dynamics
 from .._problems import LCP, natural_residual
+from .._small import matmul, matvec
 from .._validate import check_value
 from ..complementarity import Adjoint, SemismoothNewton, implicit_solve, within_tolerance
 from ..complementarity._fb import fischer_burmeister_partials
@@ -214,7 +215,7 @@ class ContactSweeps(StepSolver):
         q_next = dynamics.integrate(system, motion.q0, v_next, dt)
         impulses = ContactImpulses(
             normal=z[:, 0],
-            friction=jnp.einsum("ck,ckd->cd", z[:, 1:-1], S),
+            friction=matvec(jnp.swapaxes(S, -1, -2), z[:, 1:-1]),
             moment=jnp.zeros((contacts.size,), dtype),
             joint=jnp.zeros((0,), dtype),
         )
@@ -301,25 +302,25 @@ class Blocks(eqx.Module):
 
     def velocity(self, z):
         """(nb + 1, 6) the body velocities v+ = v_free + M^{-1} J^T K z."""
-        return self.v_free + self._apply(jnp.einsum("crm,cm->cr", self.K, z))
+        return self.v_free + self._apply(matvec(self.K, z))
 
     def _apply(self, p, idx=slice(None)):
         """M^{-1} J^T p per body, for impulses p (len(idx), 3) in (n, t, o) of the contacts idx."""
         a, b = self.a[idx], self.b[idx]
         impulse = jnp.zeros_like(self.v_free)
-        impulse = impulse.at[a].add(jnp.einsum("crj,cr->cj", self.J_a[idx], p))
-        impulse = impulse.at[b].add(jnp.einsum("crj,cr->cj", self.J_b[idx], p))
-        return jnp.einsum("kij,kj->ki", self.Minv, impulse)
+        impulse = impulse.at[a].add(matvec(jnp.swapaxes(self.J_a[idx], -1, -2), p))
+        impulse = impulse.at[b].add(matvec(jnp.swapaxes(self.J_b[idx], -1, -2), p))
+        return matvec(self.Minv, impulse)
 
     def rows(self, v, idx=slice(None)):
         """(nc, 3) J v: the relative velocity of the contacts in (n, t, o)."""
         a, b = self.a[idx], self.b[idx]
-        return jnp.einsum("crj,cj->cr", self.J_a[idx], v[a]) + jnp.einsum("crj,cj->cr", self.J_b[idx], v[b])
+        return matvec(self.J_a[idx], v[a]) + matvec(self.J_b[idx], v[b])
 
     def _local(self, w, z, idx=slice(None)):
         """w completed by the cone rows and the offset; masked contacts get w = z + 1."""
         K, L, act = self.K[idx], self.L[idx], self.active[idx][:, None]
-        w = jnp.einsum("crm,cr->cm", K, w) + jnp.einsum("cmn,cn->cm", L, z)
+        w = matvec(jnp.swapaxes(K, -1, -2), w) + matvec(L, z)
         w = w.at[:, 0].add(self.bn[idx])
         return act * w + (1.0 - act) * (z + 1.0)
 
@@ -329,13 +330,12 @@ class Blocks(eqx.Module):
 
     def delassus(self):
         """(nc, 3, 3) the diagonal blocks J_c M^{-1} J_c^T of the Delassus operator."""
-        a, b = self.a, self.b
-        Wa = jnp.einsum("cri,cij,csj->crs", self.J_a, self.Minv[a], self.J_a)
-        return Wa + jnp.einsum("cri,cij,csj->crs", self.J_b, self.Minv[b], self.J_b)
+        congruence = lambda J, Minv: matmul(matmul(J, Minv), jnp.swapaxes(J, -1, -2))
+        return congruence(self.J_a, self.Minv[self.a]) + congruence(self.J_b, self.Minv[self.b])
 
     def diagonal(self, W):
         """(nc, m, m) the diagonal blocks of A (identity for a masked contact)."""
-        A = jnp.einsum("crm,crs,csn->cmn", self.K, W, self.K) + self.L
+        A = matmul(matmul(jnp.swapaxes(self.K, -1, -2), W), self.K) + self.L
         act = self.active[:, None, None]
         return act * A + (1.0 - act) * jnp.eye(A.shape[-1], dtype=A.dtype)
 
@@ -353,32 +353,29 @@ def _gauss_seidel(blocks, z, solver):
     Returns (z, any Lemke fallback, the number of rounds).
     """
     W = blocks.delassus()
-    A = blocks.diagonal(W)
     sweeps = _sweep_count(blocks, solver)
     if blocks.S is not None:
         exact = jax.vmap(enumerate_contact)
 
-        def local(prob, zc, idx, own_u):
-            z_new, _ = exact(W[idx], own_u, blocks.mu[idx], blocks.S[idx], prob.A, prob.b)
+        def local(free, zc, idx):
+            z_new, _ = exact(W[idx], free.at[:, 0].add(blocks.bn[idx]), blocks.mu[idx], blocks.S[idx])
             return z_new * blocks.active[idx][:, None], jnp.zeros((), bool)  # a masked contact's solution is 0
     else:
         newton = jax.vmap(solver.local.run)
+        A = blocks.diagonal(W)
 
-        def local(prob, zc, idx, own_u):
-            raw = newton(prob, zc)
+        def local(free, zc, idx):
+            raw = newton(LCP(A[idx], blocks._local(free, jnp.zeros_like(zc), idx)), zc)
             return raw.z, jnp.any(raw.fallback)
 
     def solve_color(carry, idx, mask):
         v, z, fallback = carry
         zc = z[idx]
-        p = jnp.einsum("crm,cm->cr", blocks.K[idx], zc)
-        own = jnp.einsum("crs,cs->cr", W[idx], p)
-        free = blocks.rows(v, idx) - own
-        b = blocks._local(free, jnp.zeros_like(zc), idx)
-        z_new, used_fallback = local(LCP(A[idx], b), zc, idx, free.at[:, 0].add(blocks.bn[idx]))
+        free = blocks.rows(v, idx) - matvec(W[idx], matvec(blocks.K[idx], zc))  # without the contact's own impulse
+        z_new, used_fallback = local(free, zc, idx)
         if mask is not None:
             z_new = jnp.where(mask[:, None], z_new, zc)
-        dp = jnp.einsum("crm,cm->cr", blocks.K[idx], z_new - zc)  # only the colour's contacts: O(colour + nb)
+        dp = matvec(blocks.K[idx], z_new - zc)  # only the colour's contacts: O(colour + nb)
         return v + blocks._apply(dp, idx), z.at[idx].set(z_new), fallback | used_fallback
 
     def sweep(carry, _):
@@ -486,8 +483,8 @@ class SweepAdjoint(Adjoint):
             return da * u + At(db * u)[0]
 
         def solve_color(u, idx, mask):
-            r = z_bar[idx] - transposed(u)[idx] + jnp.einsum("cnm,cn->cm", B[idx], u[idx])
-            u_new = jnp.einsum("cmn,cn->cm", P[idx], r)
+            r = z_bar[idx] - transposed(u)[idx] + matvec(jnp.swapaxes(B[idx], -1, -2), u[idx])
+            u_new = matvec(P[idx], r)
             if mask is not None:
                 u_new = jnp.where(mask[:, None], u_new, u[idx])
             return u.at[idx].set(u_new)
