@@ -21,6 +21,7 @@ from .. import _rotation as rot
 from .. import geometry
 from .._contacts import Contacts
 from .._lanes import every_lane
+from .._small import matmul, matvec
 from ..model import System
 
 
@@ -546,7 +547,7 @@ class BodyModel:
 
     def _world_inertia(self, q, params):
         R = self.poses(q)[1][:-1]
-        return R @ params.inertia @ jnp.swapaxes(R, -1, -2)
+        return matmul(matmul(R, params.inertia), jnp.swapaxes(R, -1, -2))
 
     def mass_matrix(self, q, params):
         """M(q): the bodies' blocks, and with `joint_dynamics` the joints' armature R^T diag(armature) R."""
@@ -570,14 +571,14 @@ class BodyModel:
         eye = jnp.eye(3, dtype=q.dtype)
         blocks = jnp.zeros((self.nbodies, 6, 6), q.dtype)
         blocks = blocks.at[:, :3, :3].set(eye / params.mass[:, None, None])
-        return blocks.at[:, 3:, 3:].set(R @ jnp.linalg.inv(params.inertia) @ jnp.swapaxes(R, -1, -2))
+        return blocks.at[:, 3:, 3:].set(matmul(matmul(R, jnp.linalg.inv(params.inertia)), jnp.swapaxes(R, -1, -2)))
 
     def velocity_map(self, q, v, params):
         """dq/dt = G(q) v per body (000 §5): O(nb) where the dense G is O(nb^2)."""
         if self.dim == 2:
             return v
         qb, vb = self._per_body(q, 7), self._per_body(v, 6)
-        quat_rate = jnp.einsum("bij,bj->bi", rot.rate_matrix(qb[:, 3:]), vb[:, 3:])
+        quat_rate = matvec(rot.rate_matrix(qb[:, 3:]), vb[:, 3:])
         return jnp.concatenate([vb[:, :3], quat_rate], -1).reshape(q.shape)
 
     def kinematics(self, q, params):
@@ -625,10 +626,9 @@ class BodyModel:
         R = rot.to_matrix(quat)
         Rt = jnp.swapaxes(R, -1, -2)
         inertia = params.inertia
-        L = jnp.einsum("bij,bj->bi", inertia, jnp.einsum("bij,bj->bi", Rt, vb[:, 3:]))
-        L = L + jnp.einsum("bij,bj->bi", Rt, pb[:, 3:])
+        L = matvec(inertia, matvec(Rt, vb[:, 3:])) + matvec(Rt, pb[:, 3:])
         quat_next, rate_next, solved = energy_momentum_rotation(quat, inertia, L, h)
-        w_next = jnp.einsum("bij,bj->bi", rot.to_matrix(quat_next), rate_next)
+        w_next = matvec(rot.to_matrix(quat_next), rate_next)
         quat0 = rot.multiply(rot.cayley(-h * w_next), quat_next)
         turn = rot.cayley_vector(rot.multiply(quat0, rot.conjugate(quat)))
         v_lin = vb[:, :3] + pb[:, :3] / params.mass[:, None]
@@ -642,7 +642,7 @@ class BodyModel:
         if self.dim == 2:
             return jnp.zeros_like(v)
         w = self._per_body(v, 6)[:, 3:]
-        Iw = jnp.einsum("bij,bj->bi", self._world_inertia(q, params), w)
+        Iw = matvec(self._world_inertia(q, params), w)
         return jnp.concatenate([jnp.zeros_like(w), -jnp.cross(w, Iw)], -1).reshape(-1)
 
     def potential(self, q, params):
@@ -892,12 +892,12 @@ def midpoint_rate(inertia, L, h):
     """
 
     def residual(W, inertia, L):
-        IW = jnp.einsum("...ij,...j->...i", inertia, W)
+        IW = matvec(inertia, W)
         return IW + 0.5 * h * jnp.cross(W, IW) - L
 
     def direction(W, inertia, L):
-        IW = jnp.einsum("...ij,...j->...i", inertia, W)
-        J = inertia + 0.5 * h * (rot.skew(W) @ inertia - rot.skew(IW))
+        IW = matvec(inertia, W)
+        J = inertia + 0.5 * h * (matmul(rot.skew(W), inertia) - rot.skew(IW))
         return -_solve3(J, residual(W, inertia, L))
 
     inertia_c, L_c = jax.lax.stop_gradient((inertia, L))
@@ -940,7 +940,7 @@ def _rotate(quat, inertia, L, h, substeps):
     def substep(_, carry):
         quat, L, solved = carry
         W, ok = midpoint_rate(inertia, L, h / substeps)
-        L = 2.0 * jnp.einsum("...ij,...j->...i", inertia, W) - L  # L+ = 2 I W - L, in the turned body frame
+        L = 2.0 * matvec(inertia, W) - L  # L+ = 2 I W - L, in the turned body frame
         return rot.multiply(quat, rot.cayley(h / substeps * W)), L, solved & ok
 
     quat, L, solved = jax.lax.fori_loop(0, substeps, substep, (quat, L, jnp.ones(L.shape[:-1], bool)))
@@ -957,7 +957,7 @@ def _solve3(A, b):
     )
     adjugate = jnp.stack(adj_rows, -1)  # columns: the cofactor rows, so A @ adjugate = det I
     det = jnp.sum(A[..., 0, :] * adj_rows[0], -1)
-    return jnp.einsum("...ij,...j->...i", adjugate, b) / det[..., None]
+    return matvec(adjugate, b) / det[..., None]
 
 
 def energy_momentum_rotation(quat, inertia, L, h):
