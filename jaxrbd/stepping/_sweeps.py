@@ -209,6 +209,9 @@ class ContactSweeps(StepSolver):
             b=b,
             color=color_slots(contacts.body_a, contacts.body_b, nb) if model.dynamic else None,
             colors=None if model.dynamic else _colors(model),
+            moving=tuple(
+                side for side, k in (("a", a), ("b", b)) if not (isinstance(k, np.ndarray) and np.all(k == nb))
+            ),
         )
         z, residual, converged, fallback, sweeps = solve_blocks(blocks, z, self)
         v_next = blocks.velocity(z)[:nb].reshape(-1)
@@ -250,6 +253,8 @@ class Blocks(eqx.Module):
         color: (nc,) int colour of each contact (`color_slots`) when the bodies
             are traced; None for a static layout.
         colors: the static colouring (`color_contacts`), or None when `color` is used.
+        moving: the sides ("a", "b") whose body is not the world in every contact (a static
+            layout's table is one side of all its contacts: its terms are zero and left out).
     """
 
     J_a: jax.Array
@@ -266,6 +271,7 @@ class Blocks(eqx.Module):
     b: jax.Array
     color: jax.Array | None
     colors: tuple | None = eqx.field(static=True)
+    moving: tuple = eqx.field(static=True, default=("a", "b"))
 
     def over_colors(self, fn, carry):
         """carry through fn(carry, idx, mask) once per colour, in order.
@@ -300,22 +306,24 @@ class Blocks(eqx.Module):
 
         return jax.lax.fori_loop(0, jnp.max(self.color) + 1, one_color, carry)
 
+    def _sides(self, idx=slice(None)):
+        """[(J (len(idx), 3, 6), body (len(idx),))] of the contacts idx, for each side in `moving`."""
+        return [(getattr(self, "J_" + side)[idx], getattr(self, side)[idx]) for side in self.moving]
+
     def velocity(self, z):
         """(nb + 1, 6) the body velocities v+ = v_free + M^{-1} J^T K z."""
         return self.v_free + self._apply(matvec(self.K, z))
 
     def _apply(self, p, idx=slice(None)):
         """M^{-1} J^T p per body, for impulses p (len(idx), 3) in (n, t, o) of the contacts idx."""
-        a, b = self.a[idx], self.b[idx]
         impulse = jnp.zeros_like(self.v_free)
-        impulse = impulse.at[a].add(matvec(jnp.swapaxes(self.J_a[idx], -1, -2), p))
-        impulse = impulse.at[b].add(matvec(jnp.swapaxes(self.J_b[idx], -1, -2), p))
+        for J, k in self._sides(idx):
+            impulse = impulse.at[k].add(matvec(jnp.swapaxes(J, -1, -2), p))
         return matvec(self.Minv, impulse)
 
     def rows(self, v, idx=slice(None)):
         """(nc, 3) J v: the relative velocity of the contacts in (n, t, o)."""
-        a, b = self.a[idx], self.b[idx]
-        return matvec(self.J_a[idx], v[a]) + matvec(self.J_b[idx], v[b])
+        return sum(matvec(J, v[k]) for J, k in self._sides(idx))
 
     def _local(self, w, z, idx=slice(None)):
         """w completed by the cone rows and the offset; masked contacts get w = z + 1."""
@@ -330,8 +338,7 @@ class Blocks(eqx.Module):
 
     def delassus(self):
         """(nc, 3, 3) the diagonal blocks J_c M^{-1} J_c^T of the Delassus operator."""
-        congruence = lambda J, Minv: matmul(matmul(J, Minv), jnp.swapaxes(J, -1, -2))
-        return congruence(self.J_a, self.Minv[self.a]) + congruence(self.J_b, self.Minv[self.b])
+        return sum(matmul(matmul(J, self.Minv[k]), jnp.swapaxes(J, -1, -2)) for J, k in self._sides())
 
     def diagonal(self, W):
         """(nc, m, m) the diagonal blocks of A (identity for a masked contact)."""
