@@ -21,7 +21,7 @@ from .. import _rotation as rot
 from .. import geometry
 from .._contacts import Contacts
 from .._lanes import every_lane
-from .._small import matmul, matvec
+from .._small import matmul, matvec, solve3
 from ..model import System
 
 
@@ -898,7 +898,7 @@ def midpoint_rate(inertia, L, h):
     def direction(W, inertia, L):
         IW = matvec(inertia, W)
         J = inertia + 0.5 * h * (matmul(rot.skew(W), inertia) - rot.skew(IW))
-        return -_solve3(J, residual(W, inertia, L))
+        return -solve3(J, residual(W, inertia, L))
 
     inertia_c, L_c = jax.lax.stop_gradient((inertia, L))
     steps = 0.5 ** jnp.arange(LINE_SEARCH, dtype=L.dtype)
@@ -928,7 +928,7 @@ def midpoint_rate(inertia, L, h):
 
     # From W = I^-1 L, exact for a body with equal principal moments (a sphere, a
     # cube): no damped step at all then.
-    _, W = jax.lax.while_loop(going, step, (jnp.array(0), _solve3(inertia_c, L_c)))
+    _, W = jax.lax.while_loop(going, step, (jnp.array(0), solve3(inertia_c, L_c)))
     W = W + direction(W, inertia, L)  # differentiable at the root
     error = jnp.linalg.norm(residual(W, inertia_c, L_c), axis=-1)
     return W, error <= 1e3 * eps * size + tiny
@@ -944,39 +944,7 @@ def _rotate(quat, inertia, L, h, substeps):
         return rot.multiply(quat, rot.cayley(h / substeps * W)), L, solved & ok
 
     quat, L, solved = jax.lax.fori_loop(0, substeps, substep, (quat, L, jnp.ones(L.shape[:-1], bool)))
-    return quat, _solve3(inertia, L), solved
-
-
-def _solve3(A, b):
-    """A^-1 b for (..., 3, 3) A and (..., 3) b by the adjugate: elementwise ops that XLA fuses, where a
-    batched LAPACK solve of 3 x 3 systems costs compile time and calls."""
-    adj_rows = (
-        jnp.cross(A[..., 1, :], A[..., 2, :]),
-        jnp.cross(A[..., 2, :], A[..., 0, :]),
-        jnp.cross(A[..., 0, :], A[..., 1, :]),
-    )
-    adjugate = jnp.stack(adj_rows, -1)  # columns: the cofactor rows, so A @ adjugate = det I
-    det = jnp.sum(A[..., 0, :] * adj_rows[0], -1)
-    return matvec(adjugate, b) / det[..., None]
-
-
-def energy_momentum_rotation(quat, inertia, L, h):
-    """((nb, 4) quat+, (nb, 3) body rate+, (nb,) solved): the free rotation of each body over a step.
-
-    The energy-momentum step (`BodyModel.free_flight`); the bodies whose midpoint
-    equation is not solved in one step (`midpoint_rate`) take `SUBSTEPS` steps of
-    h / SUBSTEPS instead, which keep the same invariants. `solved` is False for a
-    body that neither solves. Under `vmap` the substeps run only in the steps where
-    some lane of the batch needs them (`every_lane`).
-    """
-    single = _rotate(quat, inertia, L, h, 1)
-
-    def substepped(_):
-        sub = _rotate(quat, inertia, L, h, SUBSTEPS)
-        pick = lambda one, many: jnp.where(single[2][:, None], one, many)
-        return jax.tree.map(pick, single[:2], sub[:2]) + (single[2] | sub[2],)
-
-    return jax.lax.cond(every_lane(single[2]), lambda _: single, substepped, None)
+    return quat, solve3(inertia, L), solved
 
 
 def _block_diagonal(blocks):

@@ -10,29 +10,15 @@ size 3 or 8 would instead run as slow batched kernels (`jaxrbd._small`).
 
 import jax.numpy as jnp
 
-
-def _det3(r0, r1, r2):
-    """The determinant of the 3 x 3 matrix with rows r0, r1, r2 (tuples of 3 arrays)."""
-    return (
-        r0[0] * (r1[1] * r2[2] - r1[2] * r2[1])
-        - r0[1] * (r1[0] * r2[2] - r1[2] * r2[0])
-        + r0[2] * (r1[0] * r2[1] - r1[1] * r2[0])
-    )
+from .._small import cramer3
 
 
 def _solve3(rows, rhs):
-    """x with rows . x = rhs by Cramer's rule, for rows (3 tuples of 3 arrays) and rhs (3 arrays).
-
-    A singular system gives the numerators (finite): a candidate built from it is
-    rejected by its residual.
-    """
-    det = _det3(*rows)
+    """x with rows . x = rhs (`cramer3`). A singular system gives the numerators (finite): a candidate built
+    from it is rejected by its residual."""
+    numerators, det = cramer3(rows, rhs)
     det = jnp.where(det != 0, det, 1.0)
-
-    def replaced(i):
-        return [tuple(rhs[r] if c == i else rows[r][c] for c in range(3)) for r in range(3)]
-
-    return tuple(_det3(*replaced(i)) / det for i in range(3))
+    return tuple(x / det for x in numerators)
 
 
 def enumerate_contact(W, u, mu, S):
