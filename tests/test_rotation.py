@@ -135,6 +135,23 @@ def test_a_failed_midpoint_solve_falls_back_to_substeps():
     np.testing.assert_allclose(float(rate[0] @ inertia @ rate[0]), float(L @ jnp.linalg.solve(inertia, L)), rtol=1e-13)
 
 
+def test_a_batch_takes_the_substeps_only_when_one_of_its_lanes_needs_them():
+    """Under `vmap` the substeps stay a branch (`every_lane`), not a select that runs them in every batched step,
+    and each lane still gets its own answer: the elongated box of the test above needs them, a sphere does not."""
+    inertias = jnp.stack([jnp.diag(jnp.array([1.0, 96.0, 97.0])) * 1e-3, 4e-3 * jnp.eye(3)])
+    Ls = jnp.einsum("bij,bj->bi", inertias, jnp.array([[159.5, 209.9, 143.2], [3.0, -2.0, 1.0]]))
+    quats = jnp.array([[1.0, 0.0, 0.0, 0.0], [0.6, 0.0, 0.8, 0.0]])
+    one = lambda quat, inertia, L: energy_momentum_rotation(quat[None], inertia[None], L[None], 0.01)
+    assert "cond[" in str(jax.make_jaxpr(jax.vmap(one))(quats, inertias, Ls))
+    for batch in (slice(None), slice(1, 2)):  # with the box (the substeps run) and the sphere alone (they do not)
+        together = jax.jit(jax.vmap(one))(quats[batch], inertias[batch], Ls[batch])
+        for lane, i in enumerate(range(2)[batch]):
+            alone = jax.jit(one)(quats[i], inertias[i], Ls[i])
+            for x, y in zip(together, alone, strict=True):
+                np.testing.assert_allclose(np.asarray(x[lane]), np.asarray(y), rtol=1e-14, atol=1e-15)
+    assert bool(jnp.all(together[2]))
+
+
 def test_spin_about_a_principal_axis_is_steady():
     """A spin about a principal axis is a relative equilibrium: w stays (0, 0, 7) exactly, for any h."""
     scene = free_body(BOX, (0.0, 0.0, 7.0))

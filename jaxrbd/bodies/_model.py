@@ -947,6 +947,25 @@ def _rotate(quat, inertia, L, h, substeps):
     return quat, solve3(inertia, L), solved
 
 
+def energy_momentum_rotation(quat, inertia, L, h):
+    """((nb, 4) quat+, (nb, 3) body rate+, (nb,) solved): the free rotation of each body over a step.
+
+    The energy-momentum step (`BodyModel.free_flight`); the bodies whose midpoint
+    equation is not solved in one step (`midpoint_rate`) take `SUBSTEPS` steps of
+    h / SUBSTEPS instead, which keep the same invariants. `solved` is False for a
+    body that neither solves. Under `vmap` the substeps run only in the steps where
+    some lane of the batch needs them (`every_lane`).
+    """
+    single = _rotate(quat, inertia, L, h, 1)
+
+    def substepped(_):
+        sub = _rotate(quat, inertia, L, h, SUBSTEPS)
+        pick = lambda one, many: jnp.where(single[2][:, None], one, many)
+        return jax.tree.map(pick, single[:2], sub[:2]) + (single[2] | sub[2],)
+
+    return jax.lax.cond(every_lane(single[2]), lambda _: single, substepped, None)
+
+
 def _block_diagonal(blocks):
     """(nb * r, nb * c) block-diagonal matrix of (nb, r, c) blocks."""
     nb, r, c = blocks.shape
