@@ -8,6 +8,8 @@ operation on whole arrays, which XLA fuses; products and reductions over axes of
 size 3 or 8 would instead run as slow batched kernels (`jaxrbd._small`).
 """
 
+import functools
+
 import jax.numpy as jnp
 
 from .._small import cramer3
@@ -44,22 +46,22 @@ def enumerate_contact(W, u, mu, S):
     s0, s1 = S[:, 0], S[:, 1]  # (k,) each
     n0, n1 = jnp.roll(s0, -1), jnp.roll(s1, -1)  # s_j+1
 
-    # Each candidate is (c_n, j, b_j, b_j+1) and lam: beta is b_j on direction j and b_j+1 on j + 1 (mod k).
+    # Each candidate is (c_n, b_j, b_j+1) on its direction j and lam: beta is b_j on j and b_j+1 on j + 1 (mod k).
     # Sticking: W p = -u; c_t = b_j s_j + b_j+1 s_j+1 on the sector j whose smaller coefficient is largest.
     p = _solve3(Wr, (-u[0], -u[1], -u[2]))
     det = s0 * n1 - s1 * n0
     det = jnp.where(det != 0, det, 1.0)
     coef0, coef1 = (n1 * p[1] - n0 * p[2]) / det, (s0 * p[2] - s1 * p[1]) / det  # (k,)
-    sector, worst = 0, jnp.minimum(coef0[0], coef1[0])
+    sector, largest = 0, jnp.minimum(coef0[0], coef1[0])
     for j in range(1, k):
         here = jnp.minimum(coef0[j], coef1[j])
-        sector, worst = jnp.where(here > worst, j, sector), jnp.maximum(here, worst)
+        sector, largest = jnp.where(here > largest, j, sector), jnp.maximum(here, largest)
     pick = lambda x: sum(jnp.where(sector == j, x[j], zero) for j in range(k))
-    stick = (p[0], sector, pick(coef0), pick(coef1))
+    stick = (p[0], pick(coef0), pick(coef1))
 
     # Sliding on vertex j: p = c_n (1, mu s_j), normal velocity zero.
     c_n = -u[0] / (Wr[0][0] + mu * (Wr[0][1] * s0 + Wr[0][2] * s1))  # (k,)
-    vertex = (c_n, None, mu * c_n, jnp.zeros((k,), dtype))
+    vertex = (c_n, mu * c_n, jnp.zeros((k,), dtype))
 
     # Sliding on edge (j, j+1): x = (c_n, b_j, b_j+1) with v_n = 0, equal slip along s_j and s_j+1
     # ((s_j - s_j+1) . v_t = 0), and b_j + b_j+1 = mu c_n.
@@ -74,19 +76,19 @@ def enumerate_contact(W, u, mu, S):
     sides = lambda sep, st, vx, ed: jnp.concatenate([jnp.stack([sep, st]), vx, ed])
     c_n = sides(zero, stick[0], vertex[0], edge[0])
     j = sides(0, sector, jnp.arange(k), jnp.arange(k))
-    b0 = sides(zero, stick[2], vertex[2], edge[1])
-    b1 = sides(zero, stick[3], vertex[3], edge[2])
+    b0 = sides(zero, stick[1], vertex[1], edge[1])
+    b1 = sides(zero, stick[2], vertex[2], edge[2])
     # The friction impulse b_j s_j + b_j+1 s_j+1 of each candidate (the vertices' b_j+1 is zero).
-    pt = sides(zero, stick[2] * pick(s0) + stick[3] * pick(n0), vertex[2] * s0, edge[1] * s0 + edge[2] * n0)
-    po = sides(zero, stick[2] * pick(s1) + stick[3] * pick(n1), vertex[2] * s1, edge[1] * s1 + edge[2] * n1)
+    pt = sides(zero, stick[1] * pick(s0) + stick[2] * pick(n0), vertex[1] * s0, edge[1] * s0 + edge[2] * n0)
+    po = sides(zero, stick[1] * pick(s1) + stick[2] * pick(n1), vertex[1] * s1, edge[1] * s1 + edge[2] * n1)
     v = [Wr[r][0] * c_n + Wr[r][1] * pt + Wr[r][2] * po + u[r] for r in range(3)]
     slips = [S[i, 0] * v[1] + S[i, 1] * v[2] for i in range(k)]  # s_i . v_t
-    lam = jnp.maximum(-_running(jnp.minimum, slips), 0.0)  # the smallest lam that makes every w_i >= 0
+    lam = jnp.maximum(-functools.reduce(jnp.minimum, slips), 0.0)  # the smallest lam that makes every w_i >= 0
     lam = lam.at[1].set(0.0)  # sticking: no slip
 
     natural = lambda z, w: jnp.abs(jnp.minimum(z, w))
     beta = lambda i: jnp.where(j == i, b0, 0.0) + jnp.where((j + 1) % k == i, b1, 0.0)
-    residual = _running(
+    residual = functools.reduce(
         jnp.maximum,
         [natural(c_n, v[0]), natural(lam, mu * c_n - b0 - b1)] + [natural(beta(i), slips[i] + lam) for i in range(k)],
     )
@@ -100,11 +102,3 @@ def enumerate_contact(W, u, mu, S):
     directions = jnp.arange(k)
     beta = jnp.where(directions == j, b0, 0.0) + jnp.where(directions == (j + 1) % k, b1, 0.0)
     return jnp.concatenate([c_n[None], beta, lam[None]]), smallest
-
-
-def _running(op, xs):
-    """op folded over the list xs (unrolled: a reduction over a tiny axis is slow on the CPU)."""
-    out = xs[0]
-    for x in xs[1:]:
-        out = op(out, x)
-    return out
