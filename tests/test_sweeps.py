@@ -17,7 +17,8 @@ from jaxrbd.cones import polygon_directions
 from jaxrbd.stepping import AUTO_SIZE, AUTO_SIZE_COUPLED
 from jaxrbd.stepping._coloring import color_contacts
 from jaxrbd.stepping._local import enumerate_contact
-from jaxrbd.stepping._sweeps import Blocks
+from jaxrbd.complementarity._fb import fischer_burmeister_partials
+from jaxrbd.stepping._sweeps import Blocks, _block_solver
 
 jax.config.update("jax_enable_x64", True)
 
@@ -64,6 +65,54 @@ def test_enumeration_solves_every_contact_lcp_as_lemke_does(k, scales):
     assert float(_natural_residual(A, b, z).max()) <= 1e-12 * max(1.0, np.abs(b).max())
     lemke = jax.jit(jax.vmap(lambda A, b: rbd.solve_lcp(A, b, solver=rbd.Lemke()).z))(A, b)
     np.testing.assert_allclose(np.einsum("crm,cm->cr", K, z), np.einsum("crm,cm->cr", K, lemke), atol=1e-9)
+
+
+def _adjoint_blocks(rng, nc, k=8):
+    """Random contacts' (K, L, active, mu, W, da, db): FB partials at solutions' patterns (z > 0 = w, z = 0 < w,
+    the kink z = w = 0) and off them, some contacts masked; W symmetric positive definite."""
+    mu = jnp.asarray(rng.uniform(0.0, 1.5, size=nc))
+    active = jnp.asarray((rng.uniform(size=nc) < 0.8).astype(float))
+    X = rng.normal(size=(nc, 3, 3))
+    W = jnp.asarray(X @ np.swapaxes(X, 1, 2) + 0.05 * np.eye(3))
+    pattern = rng.integers(0, 4, size=(nc, k + 2))
+    value = rng.uniform(0.1, 2.0, size=(2, nc, k + 2))
+    z = np.where((pattern == 0) | (pattern == 3), value[0], 0.0)
+    w = np.where((pattern == 1) | (pattern == 3), value[1], 0.0)
+    return (*rbd.PolyhedralCone(k).contact_maps(mu, active), active, mu, W, *fischer_burmeister_partials(z, w))
+
+
+@jax.jit
+def _block_solve(K, L, active, mu, W, da, db, r):
+    blocks = types.SimpleNamespace(K=K, L=L, active=active, mu=mu)
+    blocks.diagonal = lambda W: Blocks.diagonal(blocks, W)
+    solve, Bt = _block_solver(blocks, W, da, db)
+    return solve(r, np.arange(r.shape[0])), Bt
+
+
+def test_structured_block_solves_match_the_pseudo_inverse():
+    """The adjoint's per-contact solve B^T u = r (Woodbury on the arrowhead C, refined) against NumPy's SVD
+    pseudo-inverse; a singular block (no Delassus coupling and a normal row with da = 0) with r outside its range
+    takes the SVD branch, the others keep theirs, and under `vmap` each lane gets its own answer."""
+    rng = np.random.default_rng(5)
+    draw = _adjoint_blocks(rng, 300)
+    r = jnp.asarray(rng.normal(size=(300, 10)))
+    u, Bt = _block_solve(*draw, r)
+    expected = np.einsum("cij,cj->ci", np.linalg.pinv(np.asarray(Bt)), r)
+    np.testing.assert_allclose(u, expected, rtol=0, atol=1e-9 * np.abs(expected).max())
+    assert np.linalg.cond(np.asarray(Bt)).max() > 1e3  # the draw holds badly conditioned blocks too
+    # Make contact 0 singular: W = 0 leaves its normal row as da_n e_n, and da_n = 0.
+    K, L, active, mu, W, da, db = draw
+    active = active.at[0].set(1.0)
+    singular = (*rbd.PolyhedralCone(8).contact_maps(mu, active), active, mu, W.at[0].set(0.0), da.at[0, 0].set(0.0), db)
+    u, Bt = _block_solve(*singular, r)
+    assert np.linalg.matrix_rank(np.asarray(Bt[0])) < Bt.shape[-1]
+    expected = np.einsum("cij,cj->ci", np.linalg.pinv(np.asarray(Bt), rcond=1e-12), r)
+    np.testing.assert_allclose(u, expected, rtol=0, atol=1e-9 * np.abs(expected).max())
+    # A batch of the singular draw and a regular one: each lane as alone.
+    lanes = [(*singular, r), (*_adjoint_blocks(rng, 300), r)]
+    batched = jax.jit(jax.vmap(_block_solve))(*jax.tree_util.tree_map(lambda *x: jnp.stack(x), *lanes))[0]
+    for lane, draw in enumerate(lanes):
+        np.testing.assert_allclose(batched[lane], _block_solve(*draw)[0], rtol=0, atol=1e-10 * np.abs(batched).max())
 
 
 def test_colouring_never_puts_two_contacts_of_a_body_together():

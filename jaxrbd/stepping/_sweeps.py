@@ -40,11 +40,12 @@ import numpy as np
 
 from .. import dynamics
 from .._problems import LCP, natural_residual
-from .._small import matmul, matvec
+from .._lanes import every_lane
+from .._small import matmul, matvec, solve3
 from .._validate import check_value
 from ..complementarity import Adjoint, SemismoothNewton, implicit_solve, within_tolerance
 from ..complementarity._fb import fischer_burmeister_partials
-from ..complementarity._implicit import PINV_RTOL_FACTOR, min_norm_lstsq
+from ..complementarity._implicit import ADJOINT_EPS_POWER, ADJOINT_REFINEMENTS, PINV_RTOL_FACTOR, min_norm_lstsq
 from ..complementarity._solvers import default_tol
 from ..cones import PolyhedralCone
 from ..model import State
@@ -481,17 +482,14 @@ class SweepAdjoint(Adjoint):
         w = blocks.F(z)
         da, db = fischer_burmeister_partials(z, w)
         _, At = jax.vjp(blocks.F, z)  # w is affine in z: A^T y = vjp
-        m = z.shape[-1]
-        B = da[:, :, None] * jnp.eye(m, dtype=z.dtype) + db[:, :, None] * blocks.diagonal(blocks.delassus())
-        rtol = PINV_RTOL_FACTOR * m * jnp.finfo(z.dtype).eps
-        P = jnp.linalg.pinv(jnp.swapaxes(B, -1, -2), rtol=rtol)  # (B^T)^+ per contact
+        block_solve, Bt = _block_solver(blocks, blocks.delassus(), da, db)
 
         def transposed(u):
             return da * u + At(db * u)[0]
 
         def solve_color(u, idx, mask):
-            r = z_bar[idx] - transposed(u)[idx] + matvec(jnp.swapaxes(B[idx], -1, -2), u[idx])
-            u_new = matvec(P[idx], r)
+            r = z_bar[idx] - transposed(u)[idx] + matvec(Bt[idx], u[idx])
+            u_new = block_solve(r, idx)
             if mask is not None:
                 u_new = jnp.where(mask[:, None], u_new, u[idx])
             return u.at[idx].set(u_new)
@@ -504,6 +502,73 @@ class SweepAdjoint(Adjoint):
         if z.size > self.dense_rows:
             return db * u
         return db * _dense_adjoint_fallback(blocks, da, db, transposed, z_bar, u)
+
+
+def _block_solver(blocks, W, da, db):
+    """(solve, B^T): r, idx -> u with B_c^T u = r for the contacts idx, B = Da + Db A the Newton matrix's diagonal blocks.
+
+    A 10 x 10 SVD pseudo-inverse per contact was a fifth of a sphere_grid gradient;
+    the blocks have structure that makes the solve elementwise work. A_cc = K^T W K + L,
+    with L the lam column and the cone row, so with Db' = act Db (a masked contact's A
+    is I) and Da' = Da + eps Db + (1 - act) Db,
+
+        B^T + eps Db = C + K^T W (K Db),   C = Da' + L^T Db',
+
+    C is an arrowhead matrix (diagonal, plus the lam row and column), solved in O(m)
+    with a Schur complement that is a sum of positive terms, and the rank-3 rest is
+    Woodbury's: a 3 x 3 system, solved once per step for the m columns of W K Db.
+    eps = machine eps^`ADJOINT_EPS_POWER` keeps the diagonal of C positive (FB
+    partials have da + db >= 2 - sqrt 2); each solve is refined `ADJOINT_REFINEMENTS`
+    times against B^T itself, as the dense adjoint's (`complementarity._implicit`).
+    A contact whose residual stays above sqrt(eps) |r| (a singular block, whose
+    regularized solution is large or misses r) gets the SVD
+    pseudo-inverse's answer; that branch runs only in the passes where some contact of
+    some lane needs it (`every_lane`).
+    """
+    dtype = da.dtype
+    nc, m = da.shape
+    k, lam = m - 2, m - 1
+    eps = float(jnp.finfo(dtype).eps)
+    Bt = jnp.swapaxes(da[:, :, None] * jnp.eye(m, dtype=dtype) + db[:, :, None] * blocks.diagonal(W), -1, -2)
+    act = blocks.active[:, None]
+    dl = act * db
+    delta = da + eps**ADJOINT_EPS_POWER * db + (1.0 - act) * db
+    # C's lam column above the diagonal (mu db_lam at the normal row, -db_lam at the friction rows) and its lam row.
+    column = jnp.concatenate([blocks.mu[:, None] * dl[:, lam:], -jnp.broadcast_to(dl[:, lam:], (nc, k))], -1)
+    column = column / delta[:, :lam]
+    row = dl[:, 1:lam]
+    schur = delta[:, lam] + dl[:, lam] * jnp.sum(row / delta[:, 1:lam], -1)
+
+    def c_solve(y, idx):  # C^-1 y for y (len(idx), m) or (len(idx), m, r)
+        expand = lambda a: a[idx].reshape(a[idx].shape + (1,) * (y.ndim - 2))
+        yd = y[:, :lam] / expand(delta[:, :lam])
+        x_lam = (y[:, lam] - jnp.sum(expand(row) * yd[:, 1:], 1)) / expand(schur)
+        return jnp.concatenate([yd - expand(column) * x_lam[:, None], x_lam[:, None]], 1)
+
+    everything = np.arange(nc)
+    Z = c_solve(jnp.swapaxes(blocks.K, -1, -2), everything)  # C^-1 K^T (nc, m, 3)
+    N = jnp.eye(3, dtype=dtype) + matmul(W, matmul(blocks.K * db[:, None, :], Z))
+    G = jnp.swapaxes(solve3(N[:, None], jnp.swapaxes(matmul(W, blocks.K * db[:, None, :]), -1, -2)), -1, -2)
+
+    def regularized(y, idx):  # (B^T + eps Db)^-1 y by Woodbury
+        x = c_solve(y, idx)
+        return x - matvec(Z[idx], matvec(G[idx], x))
+
+    rtol = PINV_RTOL_FACTOR * m * eps
+
+    def solve(r, idx):
+        Bt_c = Bt[idx]
+        u = regularized(r, idx)
+        for _ in range(ADJOINT_REFINEMENTS):
+            u = u + regularized(r - matvec(Bt_c, u), idx)
+        ok = jnp.max(jnp.abs(r - matvec(Bt_c, u)), -1) <= jnp.sqrt(eps) * jnp.max(jnp.abs(r), -1)  # False if not finite
+
+        def with_pinv():
+            return jnp.where(ok[:, None], u, matvec(jnp.linalg.pinv(Bt_c, rtol=rtol), r))
+
+        return jax.lax.cond(every_lane(ok), lambda: u, with_pinv)
+
+    return solve, Bt
 
 
 def _dense_adjoint_fallback(blocks, da, db, transposed, z_bar, u):
