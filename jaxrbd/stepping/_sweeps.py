@@ -277,7 +277,7 @@ class Blocks(eqx.Module):
     def over_colors(self, fn, carry):
         """carry through fn(carry, idx, mask) once per colour, in order.
 
-        Static colouring: idx indexes the colour's contacts and mask is None.
+        Static colouring: idx indexes the colour's contacts (all of them: `slice(None)`) and mask is None.
         Traced colours: idx (cap,) indexes the colour's contacts in chunks of
         cap, the number of moving bodies (the most a colour can hold, as its
         contacts touch distinct moving bodies), and mask (cap,) marks the lanes
@@ -286,6 +286,8 @@ class Blocks(eqx.Module):
         not O(nc).
         """
         if self.colors is not None:
+            if len(self.colors) == 1:  # every contact (a gather and a scatter saved)
+                return fn(carry, slice(None), None)
             for color in self.colors:
                 carry = fn(carry, np.array(color), None)
             return carry
@@ -468,6 +470,9 @@ class SweepResult(eqx.Module):
 class SweepAdjoint(Adjoint):
     """The transposed Newton system solved by as many coloured block Gauss-Seidel sweeps as the forward solve ran.
 
+    With one colour (no two contacts share a moving body) the system is block diagonal:
+    one block solve per contact (`_block_solver`) is its solution.
+
     Attributes:
         sweeps: the static sweeps per round (`_sweep_count`); the rounds come from the forward result.
         dense_rows: the largest problem whose unsolved transposed system is solved densely
@@ -483,6 +488,8 @@ class SweepAdjoint(Adjoint):
         da, db = fischer_burmeister_partials(z, w)
         _, At = jax.vjp(blocks.F, z)  # w is affine in z: A^T y = vjp
         block_solve, Bt = _block_solver(blocks, blocks.delassus(), da, db)
+        if blocks.colors is not None and len(blocks.colors) == 1:  # no two contacts share a body: A is block diagonal
+            return db * block_solve(z_bar, slice(None))
 
         def transposed(u):
             return da * u + At(db * u)[0]
