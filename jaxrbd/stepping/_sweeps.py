@@ -528,9 +528,9 @@ def _block_solver(blocks, W, da, db):
     partials have da + db >= 2 - sqrt 2); each solve is refined `ADJOINT_REFINEMENTS`
     times against B^T itself, as the dense adjoint's (`complementarity._implicit`).
     A contact whose residual stays above sqrt(eps) |r| (a singular block, whose
-    regularized solution is large or misses r) gets the SVD
-    pseudo-inverse's answer; that branch runs only in the passes where some contact of
-    some lane needs it (`every_lane`).
+    regularized solution is large or misses r) gets the SVD pseudo-inverse's answer;
+    that branch runs only in the passes where some contact of some lane needs it
+    (`every_lane`).
     """
     dtype = da.dtype
     nc, m = da.shape
@@ -552,10 +552,10 @@ def _block_solver(blocks, W, da, db):
         x_lam = (y[:, lam] - jnp.sum(expand(row) * yd[:, 1:], 1)) / expand(schur)
         return jnp.concatenate([yd - expand(column) * x_lam[:, None], x_lam[:, None]], 1)
 
-    everything = np.arange(nc)
-    Z = c_solve(jnp.swapaxes(blocks.K, -1, -2), everything)  # C^-1 K^T (nc, m, 3)
-    N = jnp.eye(3, dtype=dtype) + matmul(W, matmul(blocks.K * db[:, None, :], Z))
-    G = jnp.swapaxes(solve3(N[:, None], jnp.swapaxes(matmul(W, blocks.K * db[:, None, :]), -1, -2)), -1, -2)
+    Z = c_solve(jnp.swapaxes(blocks.K, -1, -2), slice(None))  # C^-1 K^T (nc, m, 3)
+    WKDb = matmul(W, blocks.K * db[:, None, :])  # (nc, 3, m)
+    N = jnp.eye(3, dtype=dtype) + matmul(WKDb, Z)
+    G = jnp.swapaxes(solve3(N[:, None], jnp.swapaxes(WKDb, -1, -2)), -1, -2)  # N^-1 W K Db
 
     def regularized(y, idx):  # (B^T + eps Db)^-1 y by Woodbury
         x = c_solve(y, idx)
