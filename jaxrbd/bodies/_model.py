@@ -16,14 +16,12 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.ad_checkpoint import checkpoint_name
 
 from .. import _rotation as rot
 from .. import geometry
 from .._contacts import Contacts
 from .._lanes import every_lane
 from .._small import matmul, matvec, solve3
-from ..complementarity._implicit import SOLUTION
 from ..model import System
 
 
@@ -931,7 +929,6 @@ def midpoint_rate(inertia, L, h):
     # From W = I^-1 L, exact for a body with equal principal moments (a sphere, a
     # cube): no damped step at all then.
     _, W = jax.lax.while_loop(going, step, (jnp.array(0), solve3(inertia_c, L_c)))
-    W = checkpoint_name(W, SOLUTION)  # a rematerialized step (`simulate`'s) keeps the root: no Newton loop again
     W = W + direction(W, inertia, L)  # differentiable at the root
     error = jnp.linalg.norm(residual(W, inertia_c, L_c), axis=-1)
     return W, error <= 1e3 * eps * size + tiny
