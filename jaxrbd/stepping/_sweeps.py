@@ -213,6 +213,11 @@ class ContactSweeps(StepSolver):
             moving=tuple(
                 side for side, k in (("a", a), ("b", b)) if not (isinstance(k, np.ndarray) and np.all(k == nb))
             ),
+            spans=tuple(
+                (side, int(k[0]), int(k[0]) + k.size)
+                for side, k in (("a", a), ("b", b))
+                if isinstance(k, np.ndarray) and k.size and np.array_equal(k, k[0] + np.arange(k.size))
+            ),
         )
         z, residual, converged, fallback, sweeps = solve_blocks(blocks, z, self)
         v_next = blocks.velocity(z)[:nb].reshape(-1)
@@ -256,6 +261,10 @@ class Blocks(eqx.Module):
         colors: the static colouring (`color_contacts`), or None when `color` is used.
         moving: the sides ("a", "b") whose body is not the world in every contact (a static
             layout's table is one side of all its contacts: its terms are zero and left out).
+        spans: (side, start, stop) for each side whose bodies are, contact by contact, the
+            consecutive bodies start, ..., stop - 1 in a static layout (sphere_grid's balls):
+            there the per-body values of every contact are a slice and the impulses a pad,
+            not a gather and a scatter.
     """
 
     J_a: jax.Array
@@ -273,6 +282,7 @@ class Blocks(eqx.Module):
     color: jax.Array | None
     colors: tuple | None = eqx.field(static=True)
     moving: tuple = eqx.field(static=True, default=("a", "b"))
+    spans: tuple = eqx.field(static=True, default=())
 
     def over_colors(self, fn, carry):
         """carry through fn(carry, idx, mask) once per colour, in order.
@@ -310,8 +320,14 @@ class Blocks(eqx.Module):
         return jax.lax.fori_loop(0, jnp.max(self.color) + 1, one_color, carry)
 
     def _sides(self, idx=slice(None)):
-        """[(J (len(idx), 3, 6), body (len(idx),))] of the contacts idx, for each side in `moving`."""
-        return [(getattr(self, "J_" + side)[idx], getattr(self, side)[idx]) for side in self.moving]
+        """[(J (len(idx), 3, 6), bodies)] of the contacts idx, for each side in `moving`; bodies indexes the
+        per-body arrays: a (len(idx),) array, or a slice (`spans`) when idx is every contact."""
+        spans = {side: slice(start, stop) for side, start, stop in self.spans}
+        every = isinstance(idx, slice) and idx == slice(None)
+        return [
+            (getattr(self, "J_" + side)[idx], spans[side] if every and side in spans else getattr(self, side)[idx])
+            for side in self.moving
+        ]
 
     def velocity(self, z):
         """(nb + 1, 6) the body velocities v+ = v_free + M^{-1} J^T K z."""
@@ -321,7 +337,11 @@ class Blocks(eqx.Module):
         """M^{-1} J^T p per body, for impulses p (len(idx), 3) in (n, t, o) of the contacts idx."""
         impulse = jnp.zeros_like(self.v_free)
         for J, k in self._sides(idx):
-            impulse = impulse.at[k].add(matvec(jnp.swapaxes(J, -1, -2), p))
+            per_contact = matvec(jnp.swapaxes(J, -1, -2), p)
+            if isinstance(k, slice):
+                impulse = impulse + jnp.pad(per_contact, ((k.start, impulse.shape[0] - k.stop), (0, 0)))
+            else:
+                impulse = impulse.at[k].add(per_contact)
         return matvec(self.Minv, impulse)
 
     def rows(self, v, idx=slice(None)):
