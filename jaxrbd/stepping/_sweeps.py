@@ -284,6 +284,11 @@ class Blocks(eqx.Module):
     moving: tuple = eqx.field(static=True, default=("a", "b"))
     spans: tuple = eqx.field(static=True, default=())
 
+    @property
+    def uncoupled(self):
+        """A static layout of one colour: no two contacts share a moving body, so A is block diagonal."""
+        return self.colors is not None and len(self.colors) == 1
+
     def over_colors(self, fn, carry):
         """carry through fn(carry, idx, mask) once per colour, in order.
 
@@ -296,7 +301,7 @@ class Blocks(eqx.Module):
         not O(nc).
         """
         if self.colors is not None:
-            if len(self.colors) == 1:  # every contact (a gather and a scatter saved)
+            if self.uncoupled:  # every contact (a gather and a scatter saved)
                 return fn(carry, slice(None), None)
             for color in self.colors:
                 carry = fn(carry, np.array(color), None)
@@ -374,7 +379,7 @@ def _sweep_count(blocks, solver):
     """The static number of sweeps: the solver's, else one when no two contacts share a body."""
     if solver.sweeps is not None:
         return solver.sweeps
-    return 1 if blocks.colors is not None and len(blocks.colors) == 1 else COUPLED_SWEEPS
+    return 1 if blocks.uncoupled else COUPLED_SWEEPS
 
 
 def _gauss_seidel(blocks, z, solver):
@@ -415,7 +420,7 @@ def _gauss_seidel(blocks, z, solver):
         return jax.lax.scan(sweep, carry, None, length=sweeps)[0]
 
     carry = rounds((blocks.velocity(z), z, jnp.array(False)))
-    if blocks.colors is not None and len(blocks.colors) == 1:  # one colour: one sweep is exact
+    if blocks.uncoupled:  # one sweep is exact
         return carry[1], carry[2], jnp.ones((), jnp.int32)
     # Coupled contacts: more rounds of `sweeps` until the step's residual reaches the
     # tolerance (a pile converges more slowly than a line of balls). This loop is never
@@ -508,7 +513,7 @@ class SweepAdjoint(Adjoint):
         da, db = fischer_burmeister_partials(z, w)
         _, At = jax.vjp(blocks.F, z)  # w is affine in z: A^T y = vjp
         block_solve, Bt = _block_solver(blocks, blocks.delassus(), da, db)
-        if blocks.colors is not None and len(blocks.colors) == 1:  # no two contacts share a body: A is block diagonal
+        if blocks.uncoupled:  # A is block diagonal
             return db * block_solve(z_bar, slice(None))
 
         def transposed(u):
