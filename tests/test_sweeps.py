@@ -13,11 +13,12 @@ import numpy as np
 import pytest
 
 import jaxrbd as rbd
+from jaxrbd._small import inv3, matmul, matvec
+from jaxrbd.complementarity._fb import fischer_burmeister_partials
 from jaxrbd.cones import polygon_directions
 from jaxrbd.stepping import AUTO_SIZE, AUTO_SIZE_COUPLED
 from jaxrbd.stepping._coloring import color_contacts
 from jaxrbd.stepping._local import enumerate_contact
-from jaxrbd.complementarity._fb import fischer_burmeister_partials
 from jaxrbd.stepping._sweeps import Blocks, _block_solver
 
 jax.config.update("jax_enable_x64", True)
@@ -85,8 +86,10 @@ def _adjoint_blocks(rng, nc, k=8):
 def _block_solve(K, L, active, mu, W, da, db, r):
     blocks = types.SimpleNamespace(K=K, L=L, active=active, mu=mu)
     blocks.diagonal = lambda W: Blocks.diagonal(blocks, W)
-    solve, Bt = _block_solver(blocks, W, da, db)
-    return solve(r, np.arange(r.shape[0])), Bt
+    solve, apply_Bt = _block_solver(blocks, W, da, db)
+    Bt = jnp.swapaxes(da[:, :, None] * jnp.eye(da.shape[1]) + db[:, :, None] * blocks.diagonal(W), -1, -2)
+    idx = np.arange(r.shape[0])
+    return solve(r, idx), Bt, apply_Bt(r, idx)
 
 
 def test_structured_block_solves_match_the_pseudo_inverse():
@@ -96,7 +99,8 @@ def test_structured_block_solves_match_the_pseudo_inverse():
     rng = np.random.default_rng(5)
     draw = _adjoint_blocks(rng, 300)
     r = jnp.asarray(rng.normal(size=(300, 10)))
-    u, Bt = _block_solve(*draw, r)
+    u, Bt, Bt_r = _block_solve(*draw, r)
+    np.testing.assert_allclose(Bt_r, np.einsum("cij,cj->ci", Bt, r), rtol=1e-13, atol=1e-13 * np.abs(Bt_r).max())
     expected = np.einsum("cij,cj->ci", np.linalg.pinv(np.asarray(Bt)), r)
     np.testing.assert_allclose(u, expected, rtol=0, atol=1e-9 * np.abs(expected).max())
     assert np.linalg.cond(np.asarray(Bt)).max() > 1e3  # the draw holds badly conditioned blocks too
@@ -104,7 +108,7 @@ def test_structured_block_solves_match_the_pseudo_inverse():
     K, L, active, mu, W, da, db = draw
     active = active.at[0].set(1.0)
     singular = (*rbd.PolyhedralCone(8).contact_maps(mu, active), active, mu, W.at[0].set(0.0), da.at[0, 0].set(0.0), db)
-    u, Bt = _block_solve(*singular, r)
+    u, Bt, _ = _block_solve(*singular, r)
     assert np.linalg.matrix_rank(np.asarray(Bt[0])) < Bt.shape[-1]
     expected = np.einsum("cij,cj->ci", np.linalg.pinv(np.asarray(Bt), rcond=1e-12), r)
     np.testing.assert_allclose(u, expected, rtol=0, atol=1e-9 * np.abs(expected).max())
@@ -113,6 +117,31 @@ def test_structured_block_solves_match_the_pseudo_inverse():
     batched = jax.jit(jax.vmap(_block_solve))(*jax.tree_util.tree_map(lambda *x: jnp.stack(x), *lanes))[0]
     for lane, draw in enumerate(lanes):
         np.testing.assert_allclose(batched[lane], _block_solve(*draw)[0], rtol=0, atol=1e-10 * np.abs(batched).max())
+
+
+def test_small_products_and_inverses_match_numpy_and_their_derivatives_match_einsum():
+    """`jaxrbd._small`: the unrolled products and the 3 x 3 inverse against NumPy, with broadcast batch axes; their
+    forward- and reverse-mode derivatives (custom JVP rules, `SymbolicZero` for an argument held fixed) against
+    those of `jnp.einsum` to round-off, and a second derivative through them."""
+    rng = np.random.default_rng(11)
+    X, Y, y = (jnp.asarray(rng.normal(size=shape)) for shape in ((5, 3, 4), (1, 4, 2), (4,)))
+    A = rng.normal(size=(50, 3, 3))
+    A = jnp.asarray(A @ np.swapaxes(A, 1, 2) + 0.1 * np.eye(3))
+    np.testing.assert_allclose(inv3(A), np.linalg.inv(np.asarray(A)), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(matmul(X, Y), np.asarray(X) @ np.asarray(Y), rtol=1e-13, atol=1e-14)
+    np.testing.assert_allclose(matvec(X, y), np.asarray(X) @ np.asarray(y), rtol=1e-13, atol=1e-14)
+    pairs = [
+        (matmul, lambda X, Y: jnp.einsum("...ij,...jk->...ik", X, Y), (X, Y)),
+        (matvec, lambda X, y: jnp.einsum("...ij,...j->...i", X, y), (X, y)),
+    ]
+    for ours, einsum, args in pairs:
+        for argnums in (0, 1, (0, 1)):
+            for mode in (jax.jacfwd, jax.jacrev):
+                got, want = mode(ours, argnums)(*args), mode(einsum, argnums)(*args)
+                for g, w in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want), strict=True):
+                    np.testing.assert_allclose(g, w, rtol=1e-13, atol=1e-14)
+    cubic = lambda f: lambda y: jnp.sum(f(X, y) ** 3)
+    np.testing.assert_allclose(jax.hessian(cubic(matvec))(y), jax.hessian(cubic(pairs[1][1]))(y), rtol=1e-12)
 
 
 def test_colouring_never_puts_two_contacts_of_a_body_together():

@@ -21,7 +21,7 @@ from .. import _rotation as rot
 from .. import geometry
 from .._contacts import Contacts
 from .._lanes import every_lane
-from .._small import matmul, matvec, solve3
+from .._small import inv3, matmul, matvec, solve3
 from ..model import System
 
 
@@ -571,7 +571,7 @@ class BodyModel:
         eye = jnp.eye(3, dtype=q.dtype)
         blocks = jnp.zeros((self.nbodies, 6, 6), q.dtype)
         blocks = blocks.at[:, :3, :3].set(eye / params.mass[:, None, None])
-        return blocks.at[:, 3:, 3:].set(matmul(matmul(R, jnp.linalg.inv(params.inertia)), jnp.swapaxes(R, -1, -2)))
+        return blocks.at[:, 3:, 3:].set(matmul(matmul(R, inv3(params.inertia)), jnp.swapaxes(R, -1, -2)))
 
     def velocity_map(self, q, v, params):
         """dq/dt = G(q) v per body (000 §5): O(nb) where the dense G is O(nb^2)."""

@@ -84,7 +84,9 @@ def enumerate_contact(W, u, mu, S):
     v = [Wr[r][0] * c_n + Wr[r][1] * pt + Wr[r][2] * po + u[r] for r in range(3)]
     slips = [S[i, 0] * v[1] + S[i, 1] * v[2] for i in range(k)]  # s_i . v_t
     lam = jnp.maximum(-functools.reduce(jnp.minimum, slips), 0.0)  # the smallest lam that makes every w_i >= 0
-    lam = jnp.where(jnp.arange(2 * k + 2) == 1, 0.0, lam)  # sticking: no slip (a select: `.at[1].set` was 13% of a batch)
+    lam = jnp.where(
+        jnp.arange(2 * k + 2) == 1, 0.0, lam
+    )  # sticking: no slip (a select: `.at[1].set` was 13% of a batch)
 
     natural = lambda z, w: jnp.abs(jnp.minimum(z, w))
     beta = lambda i: jnp.where(j == i, b0, 0.0) + jnp.where((j + 1) % k == i, b1, 0.0)
@@ -94,9 +96,11 @@ def enumerate_contact(W, u, mu, S):
     )
     residual = jnp.where(jnp.isfinite(residual), residual, jnp.inf)
 
-    best, smallest = 0, residual[0]  # separation: always finite
-    for n in range(1, 2 * k + 2):
-        best, smallest = jnp.where(residual[n] < smallest, n, best), jnp.minimum(residual[n], smallest)
+    # The smallest residual, then the first candidate that has it. A running selection carrying both was
+    # split by XLA into several fusions, each computing every candidate's residual again (five times over
+    # in the forward pass of a gradient); each of these two chains stays one fusion.
+    smallest = functools.reduce(jnp.minimum, [residual[n] for n in range(2 * k + 2)])
+    best = functools.reduce(lambda best, n: jnp.where(residual[n] == smallest, n, best), range(2 * k + 1, -1, -1), 0)
     chosen = lambda x: sum(jnp.where(best == n, x[n], 0) for n in range(2 * k + 2))
     c_n, j, b0, b1, lam = chosen(c_n), chosen(j), chosen(b0), chosen(b1), chosen(lam)
     directions = jnp.arange(k)

@@ -520,7 +520,7 @@ class SweepAdjoint(Adjoint):
             return da * u + At(db * u)[0]
 
         def solve_color(u, idx, mask):
-            r = z_bar[idx] - transposed(u)[idx] + matvec(Bt[idx], u[idx])
+            r = z_bar[idx] - transposed(u)[idx] + Bt(u[idx], idx)
             u_new = block_solve(r, idx)
             if mask is not None:
                 u_new = jnp.where(mask[:, None], u_new, u[idx])
@@ -537,7 +537,8 @@ class SweepAdjoint(Adjoint):
 
 
 def _block_solver(blocks, W, da, db):
-    """(solve, B^T): r, idx -> u with B_c^T u = r for the contacts idx, B = Da + Db A the Newton matrix's diagonal blocks.
+    """(solve, Bt): r, idx -> u with B_c^T u = r for the contacts idx, B = Da + Db A the Newton matrix's diagonal
+    blocks; u, idx -> B_c^T u, applied without forming B_c (10 x 10 per contact).
 
     A 10 x 10 SVD pseudo-inverse per contact was a fifth of a sphere_grid gradient;
     the blocks have structure that makes the solve elementwise work. A_cc = K^T W K + L,
@@ -561,8 +562,16 @@ def _block_solver(blocks, W, da, db):
     nc, m = da.shape
     k, lam = m - 2, m - 1
     eps = float(jnp.finfo(dtype).eps)
-    Bt = jnp.swapaxes(da[:, :, None] * jnp.eye(m, dtype=dtype) + db[:, :, None] * blocks.diagonal(W), -1, -2)
     act = blocks.active[:, None]
+
+    def Bt(u, idx):  # B_c^T u = Da u + A_cc^T Db u, A_cc = act (K^T W K + L) + (1 - act) I, without forming it
+        x = db[idx] * u
+        K, a, x_lam = blocks.K[idx], act[idx], x[:, lam:]
+        Ax = matvec(jnp.swapaxes(K, -1, -2), matvec(jnp.swapaxes(W[idx], -1, -2), matvec(K, x)))
+        sides = blocks.mu[idx][:, None] * x_lam, -jnp.broadcast_to(x_lam, (x.shape[0], k)), jnp.sum(x[:, 1:lam], -1)
+        Lx = jnp.concatenate([sides[0], sides[1], sides[2][:, None]], -1)  # L^T x (L: `contact_maps`)
+        return da[idx] * u + a * (Ax + Lx) + (1.0 - a) * x
+
     dl = act * db
     delta = da + eps**ADJOINT_EPS_POWER * db + (1.0 - act) * db
     # C's lam column above the diagonal (mu db_lam at the normal row, -db_lam at the friction rows) and its lam row.
@@ -589,13 +598,15 @@ def _block_solver(blocks, W, da, db):
     rtol = PINV_RTOL_FACTOR * m * eps
 
     def solve(r, idx):
-        Bt_c = Bt[idx]
         u = regularized(r, idx)
         for _ in range(ADJOINT_REFINEMENTS):
-            u = u + regularized(r - matvec(Bt_c, u), idx)
-        ok = jnp.max(jnp.abs(r - matvec(Bt_c, u)), -1) <= jnp.sqrt(eps) * jnp.max(jnp.abs(r), -1)  # False if not finite
+            u = u + regularized(r - Bt(u, idx), idx)
+        ok = jnp.max(jnp.abs(r - Bt(u, idx)), -1) <= jnp.sqrt(eps) * jnp.max(jnp.abs(r), -1)  # False if not finite
 
         def with_pinv():
+            Bt_c = jnp.swapaxes(
+                da[idx][:, :, None] * jnp.eye(m, dtype=dtype) + db[idx][:, :, None] * blocks.diagonal(W)[idx], -1, -2
+            )
             return jnp.where(ok[:, None], u, matvec(jnp.linalg.pinv(Bt_c, rtol=rtol), r))
 
         return jax.lax.cond(every_lane(ok), lambda: u, with_pinv)
