@@ -2,7 +2,7 @@
 
 Written for the CPU's vector units: every quantity of a contact is a scalar or a
 short vector over the candidates, the sums over the 3 rows and the k directions
-are unrolled, and the best candidate is kept by a running selection. Under the
+are unrolled, and the best candidate is picked by chains of selects. Under the
 `vmap`s over contacts and environments each of these becomes an elementwise
 operation on whole arrays, which XLA fuses; products and reductions over axes of
 size 3 or 8 would instead run as slow batched kernels (`jaxrbd._small`).
