@@ -94,8 +94,9 @@ def _block_solve(K, L, active, mu, W, da, db, r):
 
 def test_structured_block_solves_match_the_pseudo_inverse():
     """The adjoint's per-contact solve B^T u = r (Woodbury on the arrowhead C, refined) against NumPy's SVD
-    pseudo-inverse, and B^T applied without forming it against the matrix; a singular block (no Delassus coupling and a normal row with da = 0) with r outside its range
-    takes the SVD branch, the others keep theirs, and under `vmap` each lane gets its own answer."""
+    pseudo-inverse, and B^T applied without forming it against the matrix; a singular block (no Delassus
+    coupling and a normal row with da = 0) with r outside its range takes the SVD branch, the others keep
+    theirs, and under `vmap` each lane gets its own answer."""
     rng = np.random.default_rng(5)
     draw = _adjoint_blocks(rng, 300)
     r = jnp.asarray(rng.normal(size=(300, 10)))
