@@ -20,9 +20,9 @@ import numpy as np
 from .. import _rotation as rot
 from .. import geometry
 from .._contacts import Contacts
-from .._lanes import every_lane
-from .._small import inv3, matmul, matvec, solve3
+from .._small import inv3, matmul, matvec
 from ..model import System
+from ._flight import free_rotation
 
 
 class BodyParams(eqx.Module):
@@ -597,7 +597,7 @@ class BodyModel:
         the rigid body: the implicit midpoint rule on Euler's equations in the body
         frame, with the orientation advanced by the Cayley rotation of the midpoint
         rate. From the body-frame momentum L = I w + R^T p_w it solves
-        I W + (h/2) W x (I W) = L for the midpoint rate W (`midpoint_rate`); the body
+        I W + (h/2) W x (I W) = L for the midpoint rate W (`_flight.midpoint_rate`); the body
         turns by cay(h W) and its momentum becomes L+ = 2 I W - L. Without a torque
         the world angular momentum R L and the kinetic energy L . I^-1 L / 2 are
         conserved exactly (to the solve's round-off), whatever h.
@@ -619,23 +619,16 @@ class BodyModel:
             (v_free (nv,), q0 (nq,), shift (nv,), solved ()): the free velocity, the
             configuration the step integrates from, the displacement from q to q0 in
             velocity coordinates (q0 = normalize(q + G(q) shift)) and whether every
-            body's rotation was solved (`energy_momentum_rotation`).
+            body's rotation was solved (`_flight.free_rotation`).
         """
         qb, vb, pb = self._per_body(q, 7), self._per_body(v, 6), self._per_body(p, 6)
-        quat = rot.normalize(qb[:, 3:])
-        R = rot.to_matrix(quat)
-        Rt = jnp.swapaxes(R, -1, -2)
-        inertia = params.inertia
-        L = matvec(inertia, matvec(Rt, vb[:, 3:])) + matvec(Rt, pb[:, 3:])
-        quat_next, rate_next, solved = energy_momentum_rotation(quat, inertia, L, h)
-        w_next = matvec(rot.to_matrix(quat_next), rate_next)
-        quat0 = rot.multiply(rot.cayley(-h * w_next), quat_next)
-        turn = rot.cayley_vector(rot.multiply(quat0, rot.conjugate(quat)))
+        h = jnp.asarray(h, q.dtype)
+        w_next, quat0, turn, solved = free_rotation(qb[:, 3:], vb[:, 3:], pb[:, 3:], params.inertia, h)
         v_lin = vb[:, :3] + pb[:, :3] / params.mass[:, None]
         v_free = jnp.concatenate([v_lin, w_next], -1).reshape(v.shape)
         q0 = jnp.concatenate([qb[:, :3], quat0], -1).reshape(q.shape)
         shift = jnp.concatenate([jnp.zeros_like(turn), turn], -1).reshape(v.shape)
-        return v_free, q0, shift, jnp.all(solved)
+        return v_free, q0, shift, jnp.all(jax.lax.stop_gradient(solved))  # a custom_vjp's bool keeps a tangent
 
     def coriolis_force(self, q, v, params):
         """The gyroscopic force -w x (I_world w) of each body (zero for planar bodies)."""
@@ -869,101 +862,6 @@ class _Method:
 
     def __call__(self, *args, **kwargs):
         return getattr(self.model, self.name)(*args, **kwargs)
-
-
-MIDPOINT_ITERATIONS = 12
-ROUND_OFF = 4  # a body's damped steps stop at |r| <= ROUND_OFF eps |L|
-LINE_SEARCH = 8
-SUBSTEPS = 8
-
-
-def midpoint_rate(inertia, L, h):
-    """((..., 3) W, (...,) solved): the midpoint rate of the energy-momentum step, I W + (h/2) W x (I W) = L.
-
-    Damped Newton from W = I^-1 L: at most `MIDPOINT_ITERATIONS` steps (none for a
-    body whose residual is round-off, `ROUND_OFF`), each the longest
-    of 1, 1/2, ..., 2^-(LINE_SEARCH - 1) that decreases |r| (all trials evaluated
-    at once), outside the autodiff graph; then one differentiable Newton step at
-    the root, whose derivative is the implicit-function derivative -J^-1 dr/dtheta.
-    The equation is a perturbation of size h |W| / 2 of I W = L; for large h |W|
-    on elongated bodies this iteration can miss the root (on random spins, some
-    from h |W| ~ 3 at principal moments 1 : 10, ~1 at 1 : 100, ~0.3 at 1 : 1000),
-    and `solved` says whether |r| <= 1000 eps |L|.
-    """
-
-    def residual(W, inertia, L):
-        IW = matvec(inertia, W)
-        return IW + 0.5 * h * jnp.cross(W, IW) - L
-
-    def direction(W, inertia, L):
-        IW = matvec(inertia, W)
-        J = inertia + 0.5 * h * (matmul(rot.skew(W), inertia) - rot.skew(IW))
-        return -solve3(J, residual(W, inertia, L))
-
-    inertia_c, L_c = jax.lax.stop_gradient((inertia, L))
-    steps = 0.5 ** jnp.arange(LINE_SEARCH, dtype=L.dtype)
-
-    def damped(_, W):
-        d = direction(W, inertia_c, L_c)
-        trials = W[..., None, :] + steps[:, None] * d[..., None, :]  # (..., LINE_SEARCH, 3)
-        norms = jnp.linalg.norm(residual(trials, inertia_c[..., None, :, :], L_c[..., None, :]), axis=-1)
-        better = norms < jnp.linalg.norm(residual(W, inertia_c, L_c), axis=-1)[..., None]
-        first = jnp.argmax(better, axis=-1)
-        step = jnp.where(jnp.any(better, -1), steps[first], 0.0)
-        return W + step[..., None] * d
-
-    eps, tiny = jnp.finfo(L.dtype).eps, jnp.finfo(L.dtype).tiny
-    size = jnp.linalg.norm(L_c, axis=-1)
-
-    def open_(W):  # bodies whose residual is above round-off
-        return jnp.linalg.norm(residual(W, inertia_c, L_c), axis=-1) > ROUND_OFF * eps * size + tiny
-
-    def going(c):
-        k, W = c
-        return (k < MIDPOINT_ITERATIONS) & jnp.any(open_(W))
-
-    def step(c):
-        k, W = c
-        return k + 1, jnp.where(open_(W)[..., None], damped(k, W), W)
-
-    # From W = I^-1 L, exact for a body with equal principal moments (a sphere, a
-    # cube): no damped step at all then.
-    _, W = jax.lax.while_loop(going, step, (jnp.array(0), solve3(inertia_c, L_c)))
-    W = W + direction(W, inertia, L)  # differentiable at the root
-    error = jnp.linalg.norm(residual(W, inertia_c, L_c), axis=-1)
-    return W, error <= 1e3 * eps * size + tiny
-
-
-def _rotate(quat, inertia, L, h, substeps):
-    """`substeps` energy-momentum steps of h / substeps: (quat+, body rate+, solved)."""
-
-    def substep(_, carry):
-        quat, L, solved = carry
-        W, ok = midpoint_rate(inertia, L, h / substeps)
-        L = 2.0 * matvec(inertia, W) - L  # L+ = 2 I W - L, in the turned body frame
-        return rot.multiply(quat, rot.cayley(h / substeps * W)), L, solved & ok
-
-    quat, L, solved = jax.lax.fori_loop(0, substeps, substep, (quat, L, jnp.ones(L.shape[:-1], bool)))
-    return quat, solve3(inertia, L), solved
-
-
-def energy_momentum_rotation(quat, inertia, L, h):
-    """((nb, 4) quat+, (nb, 3) body rate+, (nb,) solved): the free rotation of each body over a step.
-
-    The energy-momentum step (`BodyModel.free_flight`); the bodies whose midpoint
-    equation is not solved in one step (`midpoint_rate`) take `SUBSTEPS` steps of
-    h / SUBSTEPS instead, which keep the same invariants. `solved` is False for a
-    body that neither solves. Under `vmap` the substeps run only in the steps where
-    some lane of the batch needs them (`every_lane`).
-    """
-    single = _rotate(quat, inertia, L, h, 1)
-
-    def substepped(_):
-        sub = _rotate(quat, inertia, L, h, SUBSTEPS)
-        pick = lambda one, many: jnp.where(single[2][:, None], one, many)
-        return jax.tree.map(pick, single[:2], sub[:2]) + (single[2] | sub[2],)
-
-    return jax.lax.cond(every_lane(single[2]), lambda _: single, substepped, None)
 
 
 def _block_diagonal(blocks):

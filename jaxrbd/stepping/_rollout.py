@@ -9,6 +9,7 @@ import numpy as np
 
 from .. import dynamics
 from .._validate import check_value, is_traced
+from ..bodies._flight import FLIGHT
 from ..complementarity import Solver
 from ..complementarity._implicit import SOLUTION
 from ..cones import Cone
@@ -90,7 +91,7 @@ _KEPT_PRIMITIVES = frozenset(
 
 def _kept(primitive, *_, **params):
     if primitive.name == "name":
-        return params["name"] == SOLUTION
+        return params["name"] in (SOLUTION, FLIGHT)
     return primitive.name in _KEPT_PRIMITIVES
 
 

@@ -39,13 +39,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import dynamics
-from .._problems import LCP, natural_residual
 from .._lanes import every_lane
-from .._small import matmul, matvec, solve3
+from .._problems import LCP, natural_residual
+from .._small import inv3, matmul, matvec
 from .._validate import check_value
 from ..complementarity import Adjoint, SemismoothNewton, implicit_solve, within_tolerance
 from ..complementarity._fb import fischer_burmeister_partials
-from ..complementarity._implicit import ADJOINT_EPS_POWER, ADJOINT_REFINEMENTS, PINV_RTOL_FACTOR, min_norm_lstsq
+from ..complementarity._implicit import ADJOINT_EPS_POWER, PINV_RTOL_FACTOR, min_norm_lstsq
 from ..complementarity._solvers import default_tol
 from ..cones import PolyhedralCone
 from ..model import State
@@ -78,6 +78,11 @@ COUPLED_SWEEPS = 100
 # the first step's dense fallback; `stonehenge.xml` at 7,460 rows used 10 GB and did not finish
 # compiling in 10 minutes. At 1,080 rows the dense step takes about 0.1 s (`AUTO_SIZE_COUPLED`).
 DENSE_FALLBACK_ROWS = 1200
+# Refinements of the adjoint's block solve (`_block_solver`) against B^T. Its regularization
+# eps^ADJOINT_EPS_POWER leaves a relative error of about eps^(2/3) times the block's
+# sensitivity; one refinement squares that, to eps^(4/3), below the round-off. The second,
+# which the dense adjoint takes, was 4% of a sphere_grid gradient and changed nothing there.
+BLOCK_REFINEMENTS = 1
 
 
 class ContactSweeps(StepSolver):
@@ -549,10 +554,12 @@ def _block_solver(blocks, W, da, db):
 
     C is an arrowhead matrix (diagonal, plus the lam row and column), solved in O(m)
     with a Schur complement that is a sum of positive terms, and the rank-3 rest is
-    Woodbury's: a 3 x 3 system, solved once per step for the m columns of W K Db.
-    eps = machine eps^`ADJOINT_EPS_POWER` keeps the diagonal of C positive (FB
-    partials have da + db >= 2 - sqrt 2); each solve is refined `ADJOINT_REFINEMENTS`
-    times against B^T itself, as the dense adjoint's (`complementarity._implicit`).
+    Woodbury's: (B^T + eps Db)^-1 y = x - Z N^-1 W K Db x with x = C^-1 y, Z = C^-1 K^T
+    and N = I + W K Db Z, a 3 x 3 matrix inverted once per step in closed form (forming
+    N^-1 W K Db, 3 x m, and the products around it took a tenth of a sphere_grid
+    gradient). eps = machine eps^`ADJOINT_EPS_POWER` keeps the diagonal of C positive
+    (FB partials have da + db >= 2 - sqrt 2); each solve is refined `BLOCK_REFINEMENTS`
+    times against B^T itself.
     A contact whose residual stays above sqrt(eps) |r| (a singular block, whose
     regularized solution is large or misses r) gets the SVD pseudo-inverse's answer;
     that branch runs only in the passes where some contact of some lane needs it
@@ -586,20 +593,19 @@ def _block_solver(blocks, W, da, db):
         x_lam = (y[:, lam] - jnp.sum(expand(row) * yd[:, 1:], 1)) / expand(schur)
         return jnp.concatenate([yd - expand(column) * x_lam[:, None], x_lam[:, None]], 1)
 
+    KDb = blocks.K * db[:, None, :]  # (nc, 3, m)
     Z = c_solve(jnp.swapaxes(blocks.K, -1, -2), slice(None))  # C^-1 K^T (nc, m, 3)
-    WKDb = matmul(W, blocks.K * db[:, None, :])  # (nc, 3, m)
-    N = jnp.eye(3, dtype=dtype) + matmul(WKDb, Z)
-    G = jnp.swapaxes(solve3(N[:, None], jnp.swapaxes(WKDb, -1, -2)), -1, -2)  # N^-1 W K Db
+    N_inv = inv3(jnp.eye(3, dtype=dtype) + matmul(W, matmul(KDb, Z)))  # (I + W K Db C^-1 K^T)^-1
 
-    def regularized(y, idx):  # (B^T + eps Db)^-1 y by Woodbury
+    def regularized(y, idx):  # (B^T + eps Db)^-1 y = x - Z N^-1 W K Db x, x = C^-1 y (Woodbury)
         x = c_solve(y, idx)
-        return x - matvec(Z[idx], matvec(G[idx], x))
+        return x - matvec(Z[idx], matvec(N_inv[idx], matvec(W[idx], matvec(KDb[idx], x))))
 
     rtol = PINV_RTOL_FACTOR * m * eps
 
     def solve(r, idx):
         u = regularized(r, idx)
-        for _ in range(ADJOINT_REFINEMENTS):
+        for _ in range(BLOCK_REFINEMENTS):
             u = u + regularized(r - Bt(u, idx), idx)
         ok = jnp.max(jnp.abs(r - Bt(u, idx)), -1) <= jnp.sqrt(eps) * jnp.max(jnp.abs(r), -1)  # False if not finite
 
