@@ -296,7 +296,7 @@ class BodyModel:
             apart gives a light body rows of scale |x - p|^2 / I ~ 1e7, which defeated
             both Newton and Lemke.) At touching the two points are x.
             """
-            arm = (x + (0.5 * sign) * gap[:, None] * n - p[k])[:, None, :]
+            arm = (x + (0.5 * sign) * gap[:, None] * n - geometry.take(p, k))[:, None, :]
             rows = jnp.concatenate([lin, ang + jnp.cross(arm, lin)], -1)
             return jnp.where((k < nb)[:, None, None], sign * rows, 0.0)
 

@@ -34,6 +34,7 @@ from ._convex import sphere_mesh as sphere_mesh
 from ._driver import Collision as Collision
 from ._driver import PairGroup as PairGroup
 from ._driver import collide as collide
+from ._driver import take as take
 from ._pairs import COLLIDERS as COLLIDERS
 from ._pairs import capsule_capsule as capsule_capsule
 from ._pairs import collider as collider

@@ -64,6 +64,18 @@ class Collision(eqx.Module):
     overflow: jax.Array
 
 
+def take(x, idx):
+    """x[idx]; for a static idx of consecutive indices a slice and for one repeated index a broadcast, not a
+    gather. A gather's reverse pass is a scatter, a slice's a pad that fuses into its neighbours: sphere_grid's
+    balls are bodies 0, ..., 63 and their floor one shape."""
+    if isinstance(idx, np.ndarray) and idx.ndim == 1 and idx.size:
+        if np.all(idx == idx[0]):
+            return jnp.broadcast_to(x[int(idx[0])], (idx.size,) + x.shape[1:])
+        if np.array_equal(idx, idx[0] + np.arange(idx.size)):
+            return x[int(idx[0]) : int(idx[0]) + idx.size]
+    return x[idx]
+
+
 def collide(groups, shape_bodies, shapes, p, R, dim, overflow_distance=0.0):
     """Run every pair group's closed form: the scene's `Collision` at the body poses (p, R).
 
@@ -78,7 +90,7 @@ def collide(groups, shape_bodies, shapes, p, R, dim, overflow_distance=0.0):
     world = {}
     for kind, bodies in shape_bodies:
         idx = np.array(bodies, int)
-        world[kind] = jax.vmap(world_pose)(shapes[kind], p[idx], R[idx])
+        world[kind] = jax.vmap(world_pose)(shapes[kind], take(p, idx), take(R, idx))
     bodies = dict(shape_bodies)
     dynamic = any(g.slots is not None for g in groups)
     parts = {key: [] for key in ("gap", "n", "x", "a", "b", "index")}
@@ -95,8 +107,8 @@ def collide(groups, shape_bodies, shapes, p, R, dim, overflow_distance=0.0):
             pairs, over = select(bound, g.slots, overflow_distance)
             overflow = overflow + over
             ia, ib = jnp.asarray(ia)[pairs], jnp.asarray(ib)[pairs]
-        A = jax.tree_util.tree_map(lambda x: x[ia], world[g.kind_a])
-        B = jax.tree_util.tree_map(lambda x: x[ib], world[g.kind_b])
+        A = jax.tree_util.tree_map(lambda x: take(x, ia), world[g.kind_a])
+        B = jax.tree_util.tree_map(lambda x: take(x, ib), world[g.kind_b])
         gap, n, x = jax.vmap(functools.partial(fn, dim=dim))(A, B)
         parts["gap"].append(gap.reshape(-1))
         parts["n"].append(n.reshape(-1, 3))
