@@ -240,16 +240,30 @@ def median_time(f, *args, repeats, warmup=True):
 RETIME_BELOW_S = 5.0
 
 
-def batch_time(f, *args, repeats):
-    """The wall time of a batched call f(*args): its first call's, or the median of `repeats` more when that took
-    under `RETIME_BELOW_S`. A first call also pays for first touching the batch's buffers, which a sweep of many
-    batches pays once: sphere_grid(64) at B = 4,096 ran its first call at 8,004 env-steps/s and the next four at
-    11,921-14,469. A call of a minute (MJX default at B = 4,096) is timed once: there that cost is a small part.
-    The same rule for every simulator."""
-    start = time.perf_counter()
-    jax.block_until_ready(f(*args))
-    first = time.perf_counter() - start
-    return first if first >= RETIME_BELOW_S else median_time(f, *args, repeats=repeats, warmup=False)
+def batch_times(calls, repeats):
+    """{key: wall time} of batched calls {key: (f, args)}: each one's first call, or, when that took under
+    `RETIME_BELOW_S`, the median of `repeats` more, taken in rounds that call every such batch once in turn.
+
+    A first call also pays for first touching the batch's buffers, which a sweep of many batches pays once:
+    sphere_grid(64) at B = 4,096 ran its first call at 8,004 env-steps/s and the next four at 11,921-14,469. A call
+    of a minute (MJX default at B = 4,096) is timed once: there that cost is a small part. The rounds interleave
+    the batches, so that B = 64 and B = 512, which the table compares, see the same state of a shared machine:
+    timed one after the other, a batch of 50 ms moved by 20% between them. The same rule for every simulator.
+    """
+    first = {}
+    for key, (f, args) in calls.items():
+        start = time.perf_counter()
+        jax.block_until_ready(f(*args))
+        first[key] = time.perf_counter() - start
+    again = [key for key in calls if first[key] < RETIME_BELOW_S]
+    times = {key: [] for key in again}
+    for _ in range(repeats):
+        for key in again:
+            f, args = calls[key]
+            start = time.perf_counter()
+            jax.block_until_ready(f(*args))
+            times[key].append(time.perf_counter() - start)
+    return {key: statistics.median(times[key]) if key in times else first[key] for key in calls}
 
 
 def _compile(f, *args):
@@ -335,12 +349,13 @@ def _measure(full, q0, v0, steps, batch_start, batch_steps, batches, repeats):
         row["grad_over_forward"] = median_time(grad, q0, v0, repeats=repeats) / elapsed
     except Exception as err:  # MJX's solver loop is not reverse-differentiable
         row["grad_error"] = f"{type(err).__name__}: {str(err).splitlines()[0][:80]}"
-    row["batches"] = {}
+    calls, env_steps = {}, {}
     for batch in batches:
         qs, vs, n = _batch_inputs(batch_q, batch_v, batch_steps, batch)
         many, _ = _compile(jax.vmap(lambda q, v, n=n: rollout(q, v, n)), qs, vs)
-        row["batches"][batch] = batch * n / batch_time(many, qs, vs, repeats=repeats)
+        calls[batch], env_steps[batch] = (many, (qs, vs)), batch * n
         row["memory_bytes"] = _memory(many)
+    row["batches"] = {batch: env_steps[batch] / t for batch, t in batch_times(calls, repeats).items()}
     return row
 
 

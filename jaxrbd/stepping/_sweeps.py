@@ -57,9 +57,11 @@ from ._types import ContactImpulses, StepStats
 
 # The dense LCP size above which `simulate` picks `ContactSweeps` by itself for a
 # scene of rigid bodies whose contacts share no moving body, where one sweep is
-# exact (sphere_grid(8) has 80 rows, sphere_grid(64) 640). Below it the dense
-# global Newton is both faster and exact.
-AUTO_SIZE = 300
+# exact (a contact has 10 rows: sphere_grid(4) has 40, sphere_grid(64) 640). Both
+# give the same answer there; `benchmarks/bench_auto_size.py` (float64, at rest, ms a
+# step, dense against sweeps): 10, 20 and 40 rows 0.01-0.02 against 0.01; 90 rows
+# 0.13 against 0.02, 160 rows 0.49 against 0.02, 250 rows 1.23 against 0.04.
+AUTO_SIZE = 40
 # The same where contacts share bodies (a box on the table, a stack, a pile): there
 # Gauss-Seidel needs rounds of sweeps, more the longer the chains of coupled
 # contacts, and the dense step stays ahead to larger sizes. Measured with
