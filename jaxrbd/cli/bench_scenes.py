@@ -24,9 +24,9 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
-from .._progress import tqdm
 
 from .. import scenes
+from .._progress import tqdm
 from ..model import State
 from ..stepping import simulate
 

@@ -65,14 +65,11 @@ class Collision(eqx.Module):
 
 
 def take(x, idx):
-    """x[idx]; for a static idx of consecutive indices a slice and for one repeated index a broadcast, not a
-    gather. A gather's reverse pass is a scatter, a slice's a pad that fuses into its neighbours: sphere_grid's
-    balls are bodies 0, ..., 63 and their floor one shape."""
-    if isinstance(idx, np.ndarray) and idx.ndim == 1 and idx.size:
-        if np.all(idx == idx[0]):
-            return jnp.broadcast_to(x[int(idx[0])], (idx.size,) + x.shape[1:])
-        if np.array_equal(idx, idx[0] + np.arange(idx.size)):
-            return x[int(idx[0]) : int(idx[0]) + idx.size]
+    """x[idx]; for a static idx that repeats one index (sphere_grid's floor, paired with every ball) a broadcast,
+    whose reverse pass is a sum, where a gather's is a scatter. (A slice for a static run of consecutive indices
+    made the four balls' forward 8% faster and their gradient 3-5% slower, and did nothing for sphere_grid.)"""
+    if isinstance(idx, np.ndarray) and idx.ndim == 1 and idx.size and np.all(idx == idx[0]):
+        return jnp.broadcast_to(x[int(idx[0])], (idx.size,) + x.shape[1:])
     return x[idx]
 
 
