@@ -12,13 +12,16 @@ from ._validate import check_value
 
 
 class Delassus(eqx.Module):
-    """The structure of a friction LCP's matrix: A = C + U M^{-1} U^T.
+    """The structure of a friction LCP's matrix: A = C + U M^{-1} U^T = C + X^T X.
 
     U M^{-1} U^T is the Delassus part, of rank at most nv (the velocities); C holds
     the rows of the friction cone (the lam column of the friction rows and the cone
     rows mu c_n - E^T beta, 004 §3.2) and the unit diagonal of the masked rows. The
     Newton direction of `SemismoothNewton` uses it to solve an (nv, nv) system
-    instead of an (n, n) one (`_newton.delassus_direction`).
+    instead of an (n, n) one (`_newton.delassus_direction`), and the solvers apply A
+    as C z + X^T (X z) without forming it: a step's (n, n) product X^T X costs more
+    than the Newton iterations of most steps (`matrix` forms it where a solver needs
+    the entries: Lemke, the Levenberg-Marquardt steps, the pseudo-inverse).
 
     Attributes:
         U: (n, nv) rows [J, N, D]^T of the kept rows, zero on the cone rows and the
@@ -26,12 +29,40 @@ class Delassus(eqx.Module):
         M: (nv, nv) mass matrix.
         mu: (nc,) friction coefficients.
         keep: (n,) 1 on the kept rows, 0 on the masked ones (`friction_lcp(row_active=)`).
+        X: (nv, n) L^{-1} U^T, with M = L L^T: U M^{-1} U^T = X^T X.
+        C: (n, n) the cone part.
+        scale: (n,) the solvers' row scaling s_i = 1 / max(W_ii, max_j |C_ij|) (1 for
+            a zero row), W = X^T X: the row scaling of `_newton.row_scale` with W's
+            diagonal in place of its row maxima, which would take W itself. W is
+            positive semidefinite, so |W_ij| <= sqrt(W_ii W_jj), and its entries
+            couple only contacts on common bodies: the two agree within the ratio of
+            the rows' sizes on a shared body.
     """
 
     U: jax.Array
     M: jax.Array
     mu: jax.Array
     keep: jax.Array
+    X: jax.Array
+    C: jax.Array
+    scale: jax.Array
+
+    def matrix(self):
+        """(n, n) A = C + X^T X, formed."""
+        return self.C + jnp.swapaxes(self.X, -1, -2) @ self.X
+
+    def apply(self, z):
+        """A z, with A symmetric but for C."""
+        return self.C @ z + self.X.T @ (self.X @ z)
+
+    def apply_transposed(self, y):
+        """A^T y."""
+        return self.C.T @ y + self.X.T @ (self.X @ y)
+
+    def magnitude_transposed(self, y):
+        """|C|^T |y| + |X|^T (|X| |y|): a bound on the terms of `apply_transposed(y)`, for its round-off."""
+        y, X = jnp.abs(y), jnp.abs(self.X)
+        return jnp.abs(self.C).T @ y + X.T @ (X @ y)
 
 
 class LCP(eqx.Module):
@@ -41,6 +72,10 @@ class LCP(eqx.Module):
     (z_i free, w_i = 0) and the others complementarity rows 0 <= z_i ⊥ w_i >= 0.
     With `n_free = 0` this is the plain LCP of 004 §3.2; equality rows carry
     bilateral joints (000 eq. (15)).
+
+    `LCP(A, b, n_free, counts, delassus)`; A may be None when `delassus` is given,
+    and is then formed from it where it is read (`A`). The stored matrix is the
+    field `dense`.
 
     Attributes:
         A: (n, n) matrix.
@@ -54,11 +89,16 @@ class LCP(eqx.Module):
             None. It must describe A exactly; the Newton direction relies on it.
     """
 
-    A: jax.Array
+    dense: jax.Array | None
     b: jax.Array
     n_free: int = eqx.field(static=True, default=0)
     counts: tuple[int, ...] | None = eqx.field(static=True, default=None)
     delassus: Delassus | None = None
+
+    def __init__(self, dense, b, n_free=0, counts=None, delassus=None):
+        if dense is None and delassus is None:
+            raise ValueError("LCP: A is None, and there is no Delassus structure to form it from")
+        self.dense, self.b, self.n_free, self.counts, self.delassus = dense, b, n_free, counts, delassus
 
     def __check_init__(self):
         shape = getattr(self.b, "shape", None)
@@ -70,12 +110,21 @@ class LCP(eqx.Module):
                 )
 
     @property
+    def A(self):
+        """(n, n) the matrix: the stored one, or formed from `delassus`."""
+        return self.dense if self.dense is not None else self.delassus.matrix()
+
+    @property
     def size(self) -> int:
         return self.b.shape[-1]
 
+    def product(self, z):
+        """A z."""
+        return self.dense @ z if self.dense is not None else self.delassus.apply(z)
+
     def F(self, z):
         """w(z) = A z + b."""
-        return self.A @ z + self.b
+        return self.product(z) + self.b
 
     def jac(self, z):
         """dw/dz = A."""
@@ -216,17 +265,16 @@ def friction_lcp(M, N, D, mu, counts, b, *, bn=None, row_active=None, J=None, bj
     ng = J.shape[-1]
     E = jnp.asarray(_direction_incidence(counts), dtype)
     G = jnp.concatenate([J, N, D], axis=-1)
-    # W = G^T M^{-1} G = X^T X with X = L^{-1} G. For these small matrices the explicit
-    # inverse of L and two products cost a third of two triangular solves with G.
+    # G^T M^{-1} G = X^T X with X = L^{-1} G, not formed (`Delassus`). For these small
+    # matrices the explicit inverse of L and a product cost less than triangular solves with G.
     L_inv = jax.scipy.linalg.solve_triangular(jnp.linalg.cholesky(M), jnp.eye(M.shape[-1], dtype=dtype), lower=True)
     X = L_inv @ G
-    W = X.T @ X
     mu = jnp.broadcast_to(jnp.asarray(mu, dtype), (nc,))
     lam_col = jnp.concatenate([jnp.zeros((ng + nc, nc), dtype), E], axis=0)
     cone_row = jnp.concatenate([jnp.zeros((nc, ng), dtype), jnp.diag(mu), -E.T, jnp.zeros((nc, nc), dtype)], axis=1)
-    A = jnp.concatenate([jnp.concatenate([W, lam_col], axis=1), cone_row], axis=0)
+    C = jnp.concatenate([jnp.concatenate([jnp.zeros((ng + nc + nd,) * 2, dtype), lam_col], axis=1), cone_row], axis=0)
     q = jnp.concatenate([G.T @ b, jnp.zeros((nc,), dtype)])
-    U = jnp.concatenate([G.T, jnp.zeros((nc, G.shape[0]), dtype)])
+    X = jnp.concatenate([X, jnp.zeros((X.shape[0], nc), dtype)], axis=1)
     if bj is not None:
         q = q.at[:ng].add(bj)
     if bn is not None:
@@ -234,7 +282,17 @@ def friction_lcp(M, N, D, mu, counts, b, *, bn=None, row_active=None, J=None, bj
     keep = jnp.ones(q.shape, dtype)
     if row_active is not None:
         keep = jnp.concatenate([jnp.ones((ng,), dtype), row_active.astype(dtype)])
-        A = A * keep[:, None] * keep[None, :] + jnp.diag(1.0 - keep)
+        C = C * keep[:, None] * keep[None, :] + jnp.diag(1.0 - keep)
         q = q * keep + (1.0 - keep)
-        U = U * keep[:, None]
-    return FrictionLCP(LCP(A, q, ng, counts, Delassus(U, M, mu, keep)), M, b, N, D, J, L_inv, counts)
+        X = X * keep
+    U = jnp.concatenate([G.T, jnp.zeros((nc, G.shape[0]), dtype)]) * keep[:, None]
+    # C's row maxima from the layout (a reduction over C would form it again inside the reduction).
+    kn, kb, kl = keep[ng : ng + nc], keep[ng + nc : ng + nc + nd], keep[ng + nc + nd :]
+    kb_any = jnp.max(E * kb[:, None], axis=0, initial=0.0)
+    c_max = jnp.concatenate(
+        [jnp.zeros((ng,), dtype), 1.0 - kn, kb * (E @ kl) + 1.0 - kb, kl * jnp.maximum(mu * kn, kb_any) + 1.0 - kl]
+    )
+    m = jnp.maximum(jnp.sum(X * X, axis=0), c_max)
+    scale = jnp.where(m > 0, 1.0 / jnp.where(m > 0, m, 1.0), 1.0)
+    lcp = LCP(None, q, ng, counts, Delassus(U, M, mu, keep, X, C, scale))
+    return FrictionLCP(lcp, M, b, N, D, J, L_inv, counts)

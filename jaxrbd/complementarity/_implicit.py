@@ -39,7 +39,7 @@ from jax.ad_checkpoint import checkpoint_name
 
 from .._problems import LCP
 from ._fb import fischer_burmeister_partials
-from ._newton import delassus_transposed_solver, row_scale
+from ._newton import delassus_transposed_solver
 
 PINV_RTOL_FACTOR = 100.0  # cutoff = factor * n * eps * sigma_max
 # The structured transposed solve (`DenseAdjoint`) regularizes J by eps^ADJOINT_EPS_POWER
@@ -84,14 +84,22 @@ class DenseAdjoint(Adjoint):
         da = jnp.where(free, 0.0, da)
         db = jnp.where(free, 1.0, db)
         rtol = PINV_RTOL_FACTOR * n * jnp.finfo(z.dtype).eps
-        pinv = lambda: min_norm_lstsq((jnp.diag(da) + db[:, None] * problem.jac(z)).T, z_bar, rtol)
+        pinv = lambda p: min_norm_lstsq((jnp.diag(da) + db[:, None] * p.jac(z)).T, z_bar, rtol)
         if not (isinstance(problem, LCP) and problem.delassus is not None):
-            return db * pinv()
+            return db * pinv(problem)
         u, solved = _structured_transposed_solve(problem, da, db, z_bar, rtol)
         # Where the structured solve does not meet z_bar (z_bar outside the range of J^T,
         # or J too ill-conditioned for the refinements), the pseudo-inverse decides. A
-        # while loop, not a cond: under vmap it runs only when some lane needs it.
-        u, _ = jax.lax.while_loop(lambda c: c[1], lambda c: (jnp.where(c[1], pinv(), c[0]), False), (u, ~solved))
+        # while loop, not a cond: under vmap it runs only when some lane needs it. Its
+        # problem passes an optimization barrier with the loop's flag, so that XLA forms
+        # A (`Delassus.matrix`) inside the loop, not before it in every reverse step.
+        arrays, rest = eqx.partition(problem, eqx.is_array)
+
+        def body(c):
+            inside, _ = jax.lax.optimization_barrier((arrays, c[1]))
+            return jnp.where(c[1], pinv(eqx.combine(inside, rest)), c[0]), False
+
+        u, _ = jax.lax.while_loop(lambda c: c[1], body, (u, ~solved))
         return db * u
 
 
@@ -110,16 +118,16 @@ def _structured_transposed_solve(problem, da, db, z_bar, rtol):
         (u, solved): solved where |J^T u - z_bar| is below rtol of |z_bar| and of the
         round-off in J^T u.
     """
-    s = row_scale(problem.A)
+    f = problem.delassus
+    s = f.scale
     # J = Da + (Db S^{-1}) (S A): the structure's row scaling, with Db / s as its Db.
     solve = delassus_transposed_solver(problem, da, db / s, s, float(jnp.finfo(z_bar.dtype).eps) ** ADJOINT_EPS_POWER)
-    At = problem.A.T
-    Jt = lambda u: da * u + At @ (db * u)
+    Jt = lambda u: da * u + f.apply_transposed(db * u)
     u = solve(z_bar)
     for _ in range(ADJOINT_REFINEMENTS):
         u = u + solve(z_bar - Jt(u))
     error = jnp.max(jnp.abs(z_bar - Jt(u)))
-    size = jnp.maximum(jnp.max(jnp.abs(z_bar)), jnp.max(jnp.abs(da * u) + jnp.abs(At) @ jnp.abs(db * u)))
+    size = jnp.maximum(jnp.max(jnp.abs(z_bar)), jnp.max(jnp.abs(da * u) + f.magnitude_transposed(db * u)))
     return u, jnp.all(jnp.isfinite(u)) & (error <= rtol * size)
 
 

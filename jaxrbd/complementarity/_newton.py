@@ -46,6 +46,14 @@ def row_scale(J):
     return jnp.where(m > 0, 1.0 / jnp.where(m > 0, m, 1.0), 1.0)
 
 
+def problem_scale(problem, z):
+    """The row scaling of a problem's Newton steps: `row_scale` of its Jacobian at 0 (z: any point, for the
+    shape and dtype), or from its Delassus structure (`Delassus.scale`), which does not form the matrix."""
+    if isinstance(problem, LCP) and problem.delassus is not None:
+        return problem.delassus.scale
+    return row_scale(problem.jac(jnp.zeros_like(z)))
+
+
 class _DelassusBlocks(eqx.Module):
     """K = Da + eps Db + Db S C and the factors of J + eps Db = K + Db S U M^{-1} U^T (`delassus_direction`).
 
@@ -242,7 +250,7 @@ def newton_solve(problem, z0, s, *, tol, iterations, line_search_steps, regulari
         db = jnp.where(free, 1.0, db)
         if structured:
             d = delassus_direction(problem, da, db, s, phi)
-            return d, jnp.dot(phi, da * d + db * s * (problem.A @ d))
+            return d, jnp.dot(phi, da * d + db * s * problem.product(d))
         J = da[:, None] * eye + (db * s)[:, None] * problem.jac(z)
         g = J.T @ phi
         m = regularization * jnp.minimum(2.0 * psi, 1.0)
@@ -257,7 +265,10 @@ def newton_solve(problem, z0, s, *, tol, iterations, line_search_steps, regulari
             d = d - jax.scipy.linalg.cho_solve(factor, g + J.T @ (J @ d) + m * d)
         return d, jnp.dot(g, d)
 
-    def line_search(z, d, gd, psi):
+    def line_search(z, d, gd, at_z):
+        """(t, moved, evaluate(z + t d)): the best trial, the accepted one or the best decreasing one; its
+        evaluation is carried out of the loop, so the step does not evaluate its new point again."""
+        psi = at_z[2]
         slope = ARMIJO_SIGMA * gd
 
         def cond(c):
@@ -265,15 +276,16 @@ def newton_solve(problem, z0, s, *, tol, iterations, line_search_steps, regulari
             return ~accepted & (j < line_search_steps)
 
         def body(c):
-            j, t, best_t, best_psi, _ = c
-            psi_t = evaluate(z + t * d)[2]
-            better = psi_t < best_psi
-            best_t, best_psi = jnp.where(better, t, best_t), jnp.where(better, psi_t, best_psi)
-            return j + 1, 0.5 * t, best_t, best_psi, psi_t <= psi + t * slope
+            j, t, best_t, best, _ = c
+            trial = evaluate(z + t * d)
+            better = trial[2] < best[2]
+            best_t = jnp.where(better, t, best_t)
+            best = jax.tree_util.tree_map(lambda new, old: jnp.where(better, new, old), trial, best)
+            return j + 1, 0.5 * t, best_t, best, trial[2] <= psi + t * slope
 
         one, zero = jnp.ones((), z.dtype), jnp.zeros((), z.dtype)
-        _, _, t, best_psi, _ = lax.while_loop(cond, body, (jnp.array(0), one, zero, psi, jnp.array(False)))
-        return t, best_psi < psi  # the best trial: the accepted one, or the best decreasing one
+        _, _, t, best, _ = lax.while_loop(cond, body, (jnp.array(0), one, zero, at_z, jnp.array(False)))
+        return t, best[2] < psi, best
 
     # Below `quiet` a residual is round-off; between it and tol, one more step (the
     # polish) takes a converging iterate or a good warm start down to round-off.
@@ -290,9 +302,8 @@ def newton_solve(problem, z0, s, *, tol, iterations, line_search_steps, regulari
         z, phi, w, psi, res, k, _, _, _ = c
         polishing = res <= tol
         d, gd = direction(z, phi, w, psi, structured)
-        t, moved = line_search(z, d, gd, psi)
+        t, moved, (phi_new, w_new, psi_new, res_new) = line_search(z, d, gd, (phi, w, psi, res))
         z_new = jnp.where(moved, z + t * d, z)
-        phi_new, w_new, psi_new, res_new = evaluate(z_new)
         keep = polishing & ~(res_new < res)  # the polishing step only ever improves
         pick = lambda old, new: jnp.where(keep, old, new)
         # The Delassus steps hand over to Levenberg-Marquardt where they stall, or
@@ -314,6 +325,12 @@ def newton_solve(problem, z0, s, *, tol, iterations, line_search_steps, regulari
     c = (z0, phi, w, psi, res, jnp.array(0), jnp.asarray(run), jnp.array(False), jnp.array(False))
     if structured:
         c = lax.while_loop(lambda c: cond(c) & ~c[8], lambda c: body(c, True), c)
-    final = lax.while_loop(cond, lambda c: body(c, False), c) if hand_over or not structured else c
+    final = c
+    if not structured:
+        final = lax.while_loop(cond, lambda c: body(c, False), c)
+    elif hand_over:
+        # In a cond: the steps form A (`Delassus.matrix`), which XLA would otherwise
+        # hoist out of the loop into every solve, whether a step is taken or not.
+        final = lax.cond(cond(c), lambda c: lax.while_loop(cond, lambda c: body(c, False), c), lambda c: c, c)
     z, _, _, _, res, k, _, _, _ = final
     return NewtonResult(z, res, k, going(final))

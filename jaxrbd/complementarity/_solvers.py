@@ -17,7 +17,7 @@ from jax import lax
 
 from .._problems import LCP, natural_residual
 from ._lemke import lemke_mixed
-from ._newton import newton_solve, row_scale
+from ._newton import newton_solve, problem_scale, row_scale
 from ._status import Status
 
 POLISH_LINE_SEARCH = 8
@@ -310,7 +310,7 @@ class SemismoothNewton(Solver):
     def run(self, problem, z0):
         n = problem.size
         cold = jnp.zeros((n,), z0.dtype)
-        s = row_scale(problem.jac(cold))
+        s = problem_scale(problem, cold)
         options = self._newton_options(z0.dtype, self.iterations)
         tol = options["tol"]
         warm = newton_solve(problem, z0, s, **options)
@@ -379,9 +379,7 @@ class SemismoothNewton(Solver):
         options = self._newton_options(lanes.dynamic[1].dtype, min(self.lane_iterations, self.iterations))
         tol = options["tol"]
         newton = dataclasses.replace(self, fallback=False)
-        first = lambda problem, z0: newton_solve(
-            problem, z0, row_scale(problem.jac(jnp.zeros_like(z0))), hand_over=False, **options
-        )
+        first = lambda problem, z0: newton_solve(problem, z0, problem_scale(problem, z0), hand_over=False, **options)
         warm = lanes.map(first)
         size = lanes.size
         open_ = warm.capped | ~(warm.residual <= tol)
@@ -437,7 +435,7 @@ def _lemke_fallback(problem, raw, newton_options):
     z = jnp.where(better, lemke_z, z)
     residual = jnp.where(better, lemke_residual, residual)
     still = failed & ~(residual <= tol)
-    more = newton_solve(problem, z, row_scale(problem.jac(jnp.zeros_like(z))), run=still, **newton_options)
+    more = newton_solve(problem, z, problem_scale(problem, z), run=still, **newton_options)
     z = jnp.where(still & (more.residual < residual), more.z, z)
     solved = still & (more.residual <= tol)
     status = jnp.where(failed & ~solved, lemke_status, Status.SUCCESS)
