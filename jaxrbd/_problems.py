@@ -24,8 +24,9 @@ class Delassus(eqx.Module):
     the entries: Lemke, the Levenberg-Marquardt steps, the pseudo-inverse).
 
     Attributes:
-        U: (n, nv) rows [J, N, D]^T of the kept rows, zero on the cone rows and the
-            masked rows.
+        Ut: (nv, n) U^T, where U (n, nv) holds the rows [J, N, D]^T of the kept rows,
+            zero on the cone rows and the masked rows (stored transposed: the Newton
+            steps' products U^T Y are then plain row-major products).
         M: (nv, nv) mass matrix.
         mu: (nc,) friction coefficients.
         keep: (n,) 1 on the kept rows, 0 on the masked ones (`friction_lcp(row_active=)`).
@@ -39,13 +40,18 @@ class Delassus(eqx.Module):
             the rows' sizes on a shared body.
     """
 
-    U: jax.Array
+    Ut: jax.Array
     M: jax.Array
     mu: jax.Array
     keep: jax.Array
     X: jax.Array
     C: jax.Array
     scale: jax.Array
+
+    @property
+    def U(self):
+        """(n, nv) the rows [J, N, D]^T."""
+        return self.Ut.T
 
     def matrix(self):
         """(n, n) A = C + X^T X, formed."""
@@ -265,16 +271,11 @@ def friction_lcp(M, N, D, mu, counts, b, *, bn=None, row_active=None, J=None, bj
     ng = J.shape[-1]
     E = jnp.asarray(_direction_incidence(counts), dtype)
     G = jnp.concatenate([J, N, D], axis=-1)
-    # G^T M^{-1} G = X^T X with X = L^{-1} G, not formed (`Delassus`). For these small
-    # matrices the explicit inverse of L and a product cost less than triangular solves with G.
-    L_inv = jax.scipy.linalg.solve_triangular(jnp.linalg.cholesky(M), jnp.eye(M.shape[-1], dtype=dtype), lower=True)
-    X = L_inv @ G
     mu = jnp.broadcast_to(jnp.asarray(mu, dtype), (nc,))
     lam_col = jnp.concatenate([jnp.zeros((ng + nc, nc), dtype), E], axis=0)
     cone_row = jnp.concatenate([jnp.zeros((nc, ng), dtype), jnp.diag(mu), -E.T, jnp.zeros((nc, nc), dtype)], axis=1)
     C = jnp.concatenate([jnp.concatenate([jnp.zeros((ng + nc + nd,) * 2, dtype), lam_col], axis=1), cone_row], axis=0)
     q = jnp.concatenate([G.T @ b, jnp.zeros((nc,), dtype)])
-    X = jnp.concatenate([X, jnp.zeros((X.shape[0], nc), dtype)], axis=1)
     if bj is not None:
         q = q.at[:ng].add(bj)
     if bn is not None:
@@ -284,8 +285,11 @@ def friction_lcp(M, N, D, mu, counts, b, *, bn=None, row_active=None, J=None, bj
         keep = jnp.concatenate([jnp.ones((ng,), dtype), row_active.astype(dtype)])
         C = C * keep[:, None] * keep[None, :] + jnp.diag(1.0 - keep)
         q = q * keep + (1.0 - keep)
-        X = X * keep
-    U = jnp.concatenate([G.T, jnp.zeros((nc, G.shape[0]), dtype)]) * keep[:, None]
+    Ut = jnp.concatenate([G, jnp.zeros((G.shape[0], nc), dtype)], axis=1) * keep
+    # U M^{-1} U^T = X^T X with X = L^{-1} U^T, not formed (`Delassus`). For these small
+    # matrices the explicit inverse of L and a product cost less than triangular solves with U^T.
+    L_inv = jax.scipy.linalg.solve_triangular(jnp.linalg.cholesky(M), jnp.eye(M.shape[-1], dtype=dtype), lower=True)
+    X = L_inv @ Ut
     # C's row maxima from the layout (a reduction over C would form it again inside the reduction).
     kn, kb, kl = keep[ng : ng + nc], keep[ng + nc : ng + nc + nd], keep[ng + nc + nd :]
     kb_any = jnp.max(E * kb[:, None], axis=0, initial=0.0)
@@ -294,5 +298,5 @@ def friction_lcp(M, N, D, mu, counts, b, *, bn=None, row_active=None, J=None, bj
     )
     m = jnp.maximum(jnp.sum(X * X, axis=0), c_max)
     scale = jnp.where(m > 0, 1.0 / jnp.where(m > 0, m, 1.0), 1.0)
-    lcp = LCP(None, q, ng, counts, Delassus(U, M, mu, keep, X, C, scale))
+    lcp = LCP(None, q, ng, counts, Delassus(Ut, M, mu, keep, X, C, scale))
     return FrictionLCP(lcp, M, b, N, D, J, L_inv, counts)

@@ -153,10 +153,10 @@ def delassus_direction(problem, da, db, s, phi):
         (n,) the step d.
     """
     K = _delassus_blocks(problem, da, db, s, float(np.sqrt(jnp.finfo(phi.dtype).eps)))
-    U = K.f.U
-    Y = K.solve(jnp.concatenate([phi[:, None], K.beta[:, None] * U], axis=1))
+    Ut = K.f.Ut
+    Y = K.solve(jnp.concatenate([phi[:, None], (Ut * K.beta).T], axis=1))
     y, YU = Y[:, 0], Y[:, 1:]
-    t = jnp.linalg.solve(K.f.M + U.T @ YU, U.T @ y)
+    t = jnp.linalg.solve(K.f.M + Ut @ YU, Ut @ y)
     return YU @ t - y
 
 
@@ -167,13 +167,13 @@ def delassus_transposed_solver(problem, da, db, s, eps):
     forward step's (nv, nv) matrix, M + U^T Db S K^{-T} U; it is LU-factored once.
     """
     K = _delassus_blocks(problem, da, db, s, eps)
-    U = K.f.U
-    W = K.solve_transposed(U)  # K^{-T} U
-    factor = jax.scipy.linalg.lu_factor(K.f.M + U.T @ (K.beta[:, None] * W))
+    Ut = K.f.Ut
+    W = K.solve_transposed(Ut.T)  # K^{-T} U
+    factor = jax.scipy.linalg.lu_factor(K.f.M + Ut @ (K.beta[:, None] * W))
 
     def solve(r):
         v = K.solve_transposed(r[:, None])[:, 0]
-        return v - W @ jax.scipy.linalg.lu_solve(factor, U.T @ (K.beta * v))
+        return v - W @ jax.scipy.linalg.lu_solve(factor, Ut @ (K.beta * v))
 
     return solve
 
@@ -250,7 +250,9 @@ def newton_solve(problem, z0, s, *, tol, iterations, line_search_steps, regulari
         db = jnp.where(free, 1.0, db)
         if structured:
             d = delassus_direction(problem, da, db, s, phi)
-            return d, jnp.dot(phi, da * d + db * s * problem.product(d))
+            # (J + eps Db) d = -phi, so the slope phi . J d is -|phi|^2 - eps phi . Db d.
+            eps = float(np.sqrt(jnp.finfo(phi.dtype).eps))
+            return d, -jnp.dot(phi, phi) - eps * jnp.dot(phi, db * d)
         J = da[:, None] * eye + (db * s)[:, None] * problem.jac(z)
         g = J.T @ phi
         m = regularization * jnp.minimum(2.0 * psi, 1.0)
