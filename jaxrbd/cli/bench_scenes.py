@@ -255,15 +255,8 @@ def batch_times(calls, repeats):
         start = time.perf_counter()
         jax.block_until_ready(f(*args))
         first[key] = time.perf_counter() - start
-    again = [key for key in calls if first[key] < RETIME_BELOW_S]
-    times = {key: [] for key in again}
-    for _ in range(repeats):
-        for key in again:
-            f, args = calls[key]
-            start = time.perf_counter()
-            jax.block_until_ready(f(*args))
-            times[key].append(time.perf_counter() - start)
-    return {key: statistics.median(times[key]) if key in times else first[key] for key in calls}
+    again = interleaved_times({key: calls[key] for key in calls if first[key] < RETIME_BELOW_S}, repeats, warmup=False)
+    return {key: again.get(key, first[key]) for key in calls}
 
 
 # The one-environment figures (forward, and gradient over forward) take at least this long in all: a
@@ -272,14 +265,18 @@ SINGLE_BUDGET_S = 2.0
 MAX_ROUNDS = 200
 
 
-def interleaved_times(calls, rounds, budget_s=0.0):
-    """{key: median wall time} of calls {key: (f, args)}, after one warm-up call each, timed in rounds that call
-    each once in turn: at least `rounds` rounds, and more (at most `MAX_ROUNDS`) until they took `budget_s`.
+def interleaved_times(calls, rounds, budget_s=0.0, warmup=True):
+    """{key: median wall time} of calls {key: (f, args)}, after one warm-up call each (unless warmup=False), timed
+    in rounds that call each once in turn: at least `rounds` rounds, and more (at most `MAX_ROUNDS`) until they
+    took `budget_s`.
 
     The gradient-over-forward ratio then compares calls made in the same moments of a shared machine.
     """
-    for f, args in calls.values():
-        jax.block_until_ready(f(*args))
+    if not calls:
+        return {}
+    if warmup:
+        for f, args in calls.values():
+            jax.block_until_ready(f(*args))
     times = {key: [] for key in calls}
     start = time.perf_counter()
     for done in range(1, MAX_ROUNDS + 1):

@@ -31,6 +31,11 @@ DELASSUS_RATE = 0.5
 DELASSUS_PATIENCE = 3
 
 
+def proximal_eps(dtype):
+    """The eps of the forward Delassus steps, (J + eps Db) d = -phi: sqrt of the machine epsilon."""
+    return float(np.sqrt(jnp.finfo(dtype).eps))
+
+
 def _reg_floor(dtype):
     return max(REG_FLOOR, 100 * float(jnp.finfo(dtype).eps))
 
@@ -152,7 +157,7 @@ def delassus_direction(problem, da, db, s, phi):
     Returns:
         (n,) the step d.
     """
-    K = _delassus_blocks(problem, da, db, s, float(np.sqrt(jnp.finfo(phi.dtype).eps)))
+    K = _delassus_blocks(problem, da, db, s, proximal_eps(phi.dtype))
     Ut = K.f.Ut
     Y = K.solve(jnp.concatenate([phi[:, None], (Ut * K.beta).T], axis=1))
     y, YU = Y[:, 0], Y[:, 1:]
@@ -251,8 +256,7 @@ def newton_solve(problem, z0, s, *, tol, iterations, line_search_steps, regulari
         if structured:
             d = delassus_direction(problem, da, db, s, phi)
             # (J + eps Db) d = -phi, so the slope phi . J d is -|phi|^2 - eps phi . Db d.
-            eps = float(np.sqrt(jnp.finfo(phi.dtype).eps))
-            return d, -jnp.dot(phi, phi) - eps * jnp.dot(phi, db * d)
+            return d, -jnp.dot(phi, phi) - proximal_eps(phi.dtype) * jnp.dot(phi, db * d)
         J = da[:, None] * eye + (db * s)[:, None] * problem.jac(z)
         g = J.T @ phi
         m = regularization * jnp.minimum(2.0 * psi, 1.0)
