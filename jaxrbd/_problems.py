@@ -11,6 +11,66 @@ import numpy as np
 from ._validate import check_value
 
 
+def _symmetric(dM):
+    return 0.5 * (dM + jnp.matrix_transpose(dM))
+
+
+# The Delassus part U M^{-1} U^T and v+ are evaluated from the cached X = L^{-1} U^T and
+# L^{-1} (`friction_lcp` stops their gradients), and differentiated with respect to U^T
+# and M directly: d(M^{-1} r) = M^{-1} (dr - dM M^{-1} r). The reverse pass then takes
+# rank-one products in place of transposing X = L^{-1} U^T and the Cholesky factor
+# (two dense (nv, n) products and the factor's triangular solves in every reverse step).
+
+
+@jax.custom_jvp
+def _delassus_product(Ut, M, L_inv, X, z):
+    """U M^{-1} U^T z = X^T (X z); its derivative with respect to U^T, M and z (not the caches L_inv, X)."""
+    del Ut, M, L_inv
+    return X.T @ (X @ z)
+
+
+@_delassus_product.defjvp
+def _delassus_product_jvp(primals, tangents):
+    Ut, _, L_inv, X, z = primals
+    dUt, dM, _, _, dz = tangents
+    Xz = X @ z
+    s = L_inv.T @ Xz  # M^{-1} U^T z
+    dr = dUt @ z + Ut @ dz - _symmetric(dM) @ s
+    return X.T @ Xz, dUt.T @ s + X.T @ (L_inv @ dr)
+
+
+@jax.custom_jvp
+def _delassus_matrix(Ut, M, L_inv, X):
+    """U M^{-1} U^T = X^T X (batched over leading axes); its derivative with respect to U^T and M (not the caches
+    L_inv, X)."""
+    del Ut, M, L_inv
+    return jnp.matrix_transpose(X) @ X
+
+
+@_delassus_matrix.defjvp
+def _delassus_matrix_jvp(primals, tangents):
+    _, _, L_inv, X = primals
+    dUt, dM, _, _ = tangents
+    S = jnp.matrix_transpose(L_inv) @ X  # M^{-1} U^T
+    dUS = jnp.matrix_transpose(dUt) @ S
+    return jnp.matrix_transpose(X) @ X, dUS + jnp.matrix_transpose(dUS) - jnp.matrix_transpose(S) @ _symmetric(dM) @ S
+
+
+@jax.custom_jvp
+def _inverse_apply(M, L_inv, r):
+    """M^{-1} r = L_inv^T (L_inv r); its derivative with respect to M and r (not the cache L_inv)."""
+    del M
+    return L_inv.T @ (L_inv @ r)
+
+
+@_inverse_apply.defjvp
+def _inverse_apply_jvp(primals, tangents):
+    _, L_inv, r = primals
+    dM, _, dr = tangents
+    s = L_inv.T @ (L_inv @ r)
+    return s, L_inv.T @ (L_inv @ (dr - _symmetric(dM) @ s))
+
+
 class Delassus(eqx.Module):
     """The structure of a friction LCP's matrix: A = C + U M^{-1} U^T = C + X^T X.
 
@@ -31,7 +91,9 @@ class Delassus(eqx.Module):
         M: (nv, nv) mass matrix.
         mu: (nc,) friction coefficients.
         keep: (n,) 1 on the kept rows, 0 on the masked ones (`friction_lcp(row_active=)`).
-        X: (nv, n) L^{-1} U^T, with M = L L^T: U M^{-1} U^T = X^T X.
+        L_inv: (nv, nv) L^{-1}, with M = L L^T, and
+        X: (nv, n) L^{-1} U^T: U M^{-1} U^T = X^T X. Both are caches without gradients:
+            `apply` and `matrix` are differentiated with respect to U^T and M.
         C: (n, n) the cone part.
         scale: (n,) the solvers' row scaling s_i = 1 / max(W_ii, max_j |C_ij|) (1 for
             a zero row), W = X^T X: the row scaling of `_newton.row_scale` with W's
@@ -45,6 +107,7 @@ class Delassus(eqx.Module):
     M: jax.Array
     mu: jax.Array
     keep: jax.Array
+    L_inv: jax.Array
     X: jax.Array
     C: jax.Array
     scale: jax.Array
@@ -56,11 +119,11 @@ class Delassus(eqx.Module):
 
     def matrix(self):
         """(n, n) A = C + X^T X, formed."""
-        return self.C + jnp.swapaxes(self.X, -1, -2) @ self.X
+        return self.C + _delassus_matrix(self.Ut, self.M, self.L_inv, self.X)
 
     def apply(self, z):
         """A z = C z + X^T (X z)."""
-        return self.C @ z + self.X.T @ (self.X @ z)
+        return self.C @ z + _delassus_product(self.Ut, self.M, self.L_inv, self.X, z)
 
     def apply_transposed(self, y):
         """A^T y = C^T y + X^T (X y)."""
@@ -192,7 +255,8 @@ class FrictionLCP(eqx.Module):
         N: (nv, nc) contact normals.
         D: (nv, nd) friction directions, grouped by contact.
         J: (nv, ng) joint rows (transposed); ng may be 0.
-        L_inv: (nv, nv) the inverse of M's lower Cholesky factor L: M^{-1} = L_inv^T L_inv.
+        L_inv: (nv, nv) the inverse of M's lower Cholesky factor L: M^{-1} = L_inv^T L_inv (a cache
+            without gradient: `velocity` is differentiated with respect to M).
         counts: static number of directions of each contact.
     """
 
@@ -222,7 +286,7 @@ class FrictionLCP(eqx.Module):
 
     def velocity(self, z):
         """The velocity after the step, v+ = b + M^{-1}(N c_n + D beta)."""
-        return self.b + self.L_inv.T @ (self.L_inv @ self.impulse(z))
+        return self.b + _inverse_apply(self.M, self.L_inv, self.impulse(z))
 
 
 def _direction_incidence(counts):
@@ -290,7 +354,8 @@ def friction_lcp(M, N, D, mu, counts, b, *, bn=None, row_active=None, J=None, bj
     # U M^{-1} U^T = X^T X with X = L^{-1} U^T, not formed (`Delassus`). For these small
     # matrices the explicit inverse of L and a product cost less than triangular solves with U^T.
     L_inv = jax.scipy.linalg.solve_triangular(jnp.linalg.cholesky(M), jnp.eye(M.shape[-1], dtype=dtype), lower=True)
-    X = L_inv @ Ut
+    L_inv = jax.lax.stop_gradient(L_inv)
+    X = jax.lax.stop_gradient(L_inv @ Ut)
     # C's row maxima from the layout (a reduction over C would form it again inside the reduction).
     kn, kb, kl = keep[ng : ng + nc], keep[ng + nc : ng + nc + nd], keep[ng + nc + nd :]
     kb_any = jnp.max(E * kb[:, None], axis=0, initial=0.0)
@@ -299,5 +364,5 @@ def friction_lcp(M, N, D, mu, counts, b, *, bn=None, row_active=None, J=None, bj
     )
     m = jnp.maximum(jnp.sum(X * X, axis=0), c_max)
     scale = jnp.where(m > 0, 1.0 / jnp.where(m > 0, m, 1.0), 1.0)
-    lcp = LCP(None, q, ng, counts, Delassus(Ut, M, mu, keep, X, C, scale))
+    lcp = LCP(None, q, ng, counts, Delassus(Ut, M, mu, keep, L_inv, X, C, scale))
     return FrictionLCP(lcp, M, b, N, D, J, L_inv, counts)

@@ -249,7 +249,7 @@ def newton_solve(problem, z0, s, *, tol, iterations, line_search_steps, regulari
         psi = 0.5 * jnp.sum(phi * phi)
         return phi, w, jnp.where(jnp.isfinite(psi), psi, jnp.inf), natural_residual(z, w, problem.n_free)
 
-    def direction(z, phi, w, psi, structured):
+    def direction(z, phi, w, psi, structured, A):
         da, db = fischer_burmeister_partials(z, s * w)
         da = jnp.where(free, 0.0, da)
         db = jnp.where(free, 1.0, db)
@@ -257,7 +257,7 @@ def newton_solve(problem, z0, s, *, tol, iterations, line_search_steps, regulari
             d = delassus_direction(problem, da, db, s, phi)
             # (J + eps Db) d = -phi, so the slope phi . J d is -|phi|^2 - eps phi . Db d.
             return d, -jnp.dot(phi, phi) - proximal_eps(phi.dtype) * jnp.dot(phi, db * d)
-        J = da[:, None] * eye + (db * s)[:, None] * problem.jac(z)
+        J = da[:, None] * eye + (db * s)[:, None] * (problem.jac(z) if A is None else A)
         g = J.T @ phi
         m = regularization * jnp.minimum(2.0 * psi, 1.0)
         # The floor bounds the condition number of the normal equations by
@@ -304,10 +304,10 @@ def newton_solve(problem, z0, s, *, tol, iterations, line_search_steps, regulari
     def cond(c):
         return going(c) & (c[5] < iterations)
 
-    def body(c, structured):
+    def body(c, structured, A=None):
         z, phi, w, psi, res, k, _, _, _ = c
         polishing = res <= tol
-        d, gd = direction(z, phi, w, psi, structured)
+        d, gd = direction(z, phi, w, psi, structured, A)
         t, moved, (phi_new, w_new, psi_new, res_new) = line_search(z, d, gd, (phi, w, psi, res))
         z_new = jnp.where(moved, z + t * d, z)
         keep = polishing & ~(res_new < res)  # the polishing step only ever improves
@@ -335,8 +335,13 @@ def newton_solve(problem, z0, s, *, tol, iterations, line_search_steps, regulari
     if not structured:
         final = lax.while_loop(cond, lambda c: body(c, False), c)
     elif hand_over:
-        # In a cond: the steps form A (`Delassus.matrix`), which XLA would otherwise
-        # hoist out of the loop into every solve, whether a step is taken or not.
-        final = lax.cond(cond(c), lambda c: lax.while_loop(cond, lambda c: body(c, False), c), lambda c: c, c)
+        # The steps read A's entries: it is formed once (`Delassus.matrix`) before their
+        # loop (XLA leaves it inside a loop body), in a cond: XLA would otherwise hoist it
+        # into every solve, whether a step is taken or not.
+        def levenberg_marquardt(c):
+            A = problem.A
+            return lax.while_loop(cond, lambda c: body(c, False, A), c)
+
+        final = lax.cond(cond(c), levenberg_marquardt, lambda c: c, c)
     z, _, _, _, res, k, _, _, _ = final
     return NewtonResult(z, res, k, going(final))
