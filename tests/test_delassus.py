@@ -130,6 +130,33 @@ def test_the_transposed_solver_is_the_dense_transposed_solve(seed, masked):
     np.testing.assert_allclose(np.asarray(u), np.asarray(dense), rtol=0, atol=bound)
 
 
+def test_the_delassus_derivatives_equal_central_differences():
+    """A, F(z) and v+ differentiated through the rules with respect to M, U^T (X = L^-1 U^T and L^-1 are caches
+    without gradients) equal central differences along a symmetric dM and any dN, dD, with joint rows, to 1e-7."""
+    p = _problem(3)
+    keys = jax.random.split(jax.random.PRNGKey(11), 5)
+    dM = jax.random.normal(keys[0], p.M.shape)
+    dM = dM + dM.T
+    dN, dD, dJ = (jax.random.normal(k, x.shape) for k, x in zip(keys[1:4], (p.N, p.D, p.J), strict=True))
+    z = jax.random.uniform(keys[4], (p.lcp.size,))
+    row_active = p.lcp.delassus.keep[p.J.shape[1] :] > 0
+
+    def evaluate(t):
+        q = friction_lcp(
+            p.M + t * dM, p.N + t * dN, p.D + t * dD, p.lcp.delassus.mu, COUNTS, p.b,
+            row_active=row_active, J=p.J + t * dJ, bj=jnp.ones((p.J.shape[1],)),
+        )  # fmt: skip
+        return q.lcp.A, q.lcp.F(z), q.velocity(z)
+
+    _, tangents = jax.jvp(evaluate, (jnp.float64(0.0),), (jnp.float64(1.0),))
+    h = 1e-6
+    for tangent, plus, minus in zip(tangents, evaluate(h), evaluate(-h), strict=True):
+        central = (plus - minus) / (2 * h)
+        np.testing.assert_allclose(
+            np.asarray(tangent), np.asarray(central), rtol=0, atol=1e-7 * float(jnp.max(jnp.abs(central)))
+        )
+
+
 def _velocity_gradient(params, structured):
     """d(w . v+)/d(M, N, D, mu, b) of a solved friction LCP: the reverse pass through its structure, or by the pseudo-inverse."""
 
