@@ -16,10 +16,11 @@ def _symmetric(dM):
 
 
 # The Delassus part U M^{-1} U^T and v+ are evaluated from the cached X = L^{-1} U^T and
-# L^{-1} (`friction_lcp` stops their gradients), and differentiated with respect to U^T
-# and M directly: d(M^{-1} r) = M^{-1} (dr - dM M^{-1} r). The reverse pass then takes
+# L^{-1}, and differentiated with respect to U^T and M directly, by rules that ignore the
+# caches' tangents: d(M^{-1} r) = M^{-1} (dr - dM M^{-1} r). The reverse pass then takes
 # rank-one products in place of transposing X = L^{-1} U^T and the Cholesky factor
 # (two dense (nv, n) products and the factor's triangular solves in every reverse step).
+# The rules read the caches as functions of M and U^T, so higher derivatives are exact.
 
 
 @jax.custom_jvp
@@ -92,8 +93,8 @@ class Delassus(eqx.Module):
         mu: (nc,) friction coefficients.
         keep: (n,) 1 on the kept rows, 0 on the masked ones (`friction_lcp(row_active=)`).
         L_inv: (nv, nv) L^{-1}, with M = L L^T, and
-        X: (nv, n) L^{-1} U^T: U M^{-1} U^T = X^T X. Both are caches without gradients:
-            `apply` and `matrix` are differentiated with respect to U^T and M.
+        X: (nv, n) L^{-1} U^T: U M^{-1} U^T = X^T X. Both are caches: `apply` and
+            `matrix` are differentiated with respect to U^T and M by their own rules.
         C: (n, n) the cone part.
         scale: (n,) the solvers' row scaling s_i = 1 / max(W_ii, max_j |C_ij|) (1 for
             a zero row), W = X^T X: the row scaling of `_newton.row_scale` with W's
@@ -255,8 +256,8 @@ class FrictionLCP(eqx.Module):
         N: (nv, nc) contact normals.
         D: (nv, nd) friction directions, grouped by contact.
         J: (nv, ng) joint rows (transposed); ng may be 0.
-        L_inv: (nv, nv) the inverse of M's lower Cholesky factor L: M^{-1} = L_inv^T L_inv (a cache
-            without gradient: `velocity` is differentiated with respect to M).
+        L_inv: (nv, nv) the inverse of M's lower Cholesky factor L: M^{-1} = L_inv^T L_inv (a cache:
+            `velocity` is differentiated with respect to M by its own rule).
         counts: static number of directions of each contact.
     """
 
@@ -354,8 +355,7 @@ def friction_lcp(M, N, D, mu, counts, b, *, bn=None, row_active=None, J=None, bj
     # U M^{-1} U^T = X^T X with X = L^{-1} U^T, not formed (`Delassus`). For these small
     # matrices the explicit inverse of L and a product cost less than triangular solves with U^T.
     L_inv = jax.scipy.linalg.solve_triangular(jnp.linalg.cholesky(M), jnp.eye(M.shape[-1], dtype=dtype), lower=True)
-    L_inv = jax.lax.stop_gradient(L_inv)
-    X = jax.lax.stop_gradient(L_inv @ Ut)
+    X = L_inv @ Ut
     # C's row maxima from the layout (a reduction over C would form it again inside the reduction).
     kn, kb, kl = keep[ng : ng + nc], keep[ng + nc : ng + nc + nd], keep[ng + nc + nd :]
     kb_any = jnp.max(E * kb[:, None], axis=0, initial=0.0)

@@ -131,8 +131,8 @@ def test_the_transposed_solver_is_the_dense_transposed_solve(seed, masked):
 
 
 def test_the_delassus_derivatives_equal_central_differences():
-    """A, F(z) and v+ differentiated through the rules with respect to M, U^T (X = L^-1 U^T and L^-1 are caches
-    without gradients) equal central differences along a symmetric dM and any dN, dD, with joint rows, to 1e-7."""
+    """A, F(z) and v+ differentiated through the rules with respect to M and U^T (X = L^-1 U^T and L^-1 are
+    caches), once and twice, equal central differences along a symmetric dM and any dN, dD, dJ, to 1e-7."""
     p = _problem(3)
     keys = jax.random.split(jax.random.PRNGKey(11), 5)
     dM = jax.random.normal(keys[0], p.M.shape)
@@ -148,13 +148,17 @@ def test_the_delassus_derivatives_equal_central_differences():
         )  # fmt: skip
         return q.lcp.A, q.lcp.F(z), q.velocity(z)
 
-    _, tangents = jax.jvp(evaluate, (jnp.float64(0.0),), (jnp.float64(1.0),))
+    derivative = lambda t: jax.jvp(evaluate, (t,), (jnp.ones_like(t),))[1]
+    _, second = jax.jvp(derivative, (jnp.float64(0.0),), (jnp.float64(1.0),))
     h = 1e-6
-    for tangent, plus, minus in zip(tangents, evaluate(h), evaluate(-h), strict=True):
-        central = (plus - minus) / (2 * h)
-        np.testing.assert_allclose(
-            np.asarray(tangent), np.asarray(central), rtol=0, atol=1e-7 * float(jnp.max(jnp.abs(central)))
-        )
+    # First derivatives against differences of the values, second against differences of the first.
+    pairs = [(evaluate, derivative(jnp.float64(0.0))), (derivative, second)]
+    for f, derivatives in pairs:
+        for d, plus, minus in zip(derivatives, f(jnp.float64(h)), f(jnp.float64(-h)), strict=True):
+            central = (plus - minus) / (2 * h)
+            np.testing.assert_allclose(
+                np.asarray(d), np.asarray(central), rtol=0, atol=1e-7 * float(jnp.max(jnp.abs(central)))
+            )
 
 
 def _velocity_gradient(params, structured):

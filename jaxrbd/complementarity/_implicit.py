@@ -197,4 +197,11 @@ def implicit_solve(run, problem, z0, grad_smoothing=0.0, adjoint=None):
     # Strongly typed leaves: `filter_custom_vjp` drops the cotangent of a weakly typed
     # input (a Python float traced by `grad`), which would make that gradient zero.
     strong = lambda x: jnp.asarray(x, x.dtype) if eqx.is_inexact_array(x) else x
-    return _implicit(jax.tree_util.tree_map(strong, problem), run, adjoint, z0)
+    problem = jax.tree_util.tree_map(strong, problem)
+    if isinstance(problem, LCP) and problem.delassus is not None:
+        # The pullback reads F through `Delassus.apply`, whose rule takes U^T and M, not the
+        # caches (X, L^-1 and the scaling from X): their cotangents are zero. Stopped here,
+        # they are not transposed through X = L^-1 U^T and M's Cholesky factor in every reverse step.
+        caches = lambda p: (p.delassus.L_inv, p.delassus.X, p.delassus.scale)
+        problem = eqx.tree_at(caches, problem, replace_fn=jax.lax.stop_gradient)
+    return _implicit(problem, run, adjoint, z0)
