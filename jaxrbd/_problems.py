@@ -15,7 +15,7 @@ def _symmetric(dM):
     return 0.5 * (dM + jnp.matrix_transpose(dM))
 
 
-# The Delassus part U M^{-1} U^T and v+ are evaluated from the cached X = L^{-1} U^T and
+# The Delassus part U M^{-1} U^T z and v+ are evaluated from the cached X = L^{-1} U^T and
 # L^{-1}, and differentiated with respect to U^T and M directly, by rules that ignore the
 # caches' tangents: d(M^{-1} r) = M^{-1} (dr - dM M^{-1} r). The reverse pass then takes
 # rank-one products in place of transposing X = L^{-1} U^T and the Cholesky factor
@@ -38,23 +38,6 @@ def _delassus_product_jvp(primals, tangents):
     s = L_inv.T @ Xz  # M^{-1} U^T z
     dr = dUt @ z + Ut @ dz - _symmetric(dM) @ s
     return X.T @ Xz, dUt.T @ s + X.T @ (L_inv @ dr)
-
-
-@jax.custom_jvp
-def _delassus_matrix(Ut, M, L_inv, X):
-    """U M^{-1} U^T = X^T X (batched over leading axes); its derivative with respect to U^T and M (not the caches
-    L_inv, X)."""
-    del Ut, M, L_inv
-    return jnp.matrix_transpose(X) @ X
-
-
-@_delassus_matrix.defjvp
-def _delassus_matrix_jvp(primals, tangents):
-    _, _, L_inv, X = primals
-    dUt, dM, _, _ = tangents
-    S = jnp.matrix_transpose(L_inv) @ X  # M^{-1} U^T
-    dUS = jnp.matrix_transpose(dUt) @ S
-    return jnp.matrix_transpose(X) @ X, dUS + jnp.matrix_transpose(dUS) - jnp.matrix_transpose(S) @ _symmetric(dM) @ S
 
 
 @jax.custom_jvp
@@ -93,8 +76,8 @@ class Delassus(eqx.Module):
         mu: (nc,) friction coefficients.
         keep: (n,) 1 on the kept rows, 0 on the masked ones (`friction_lcp(row_active=)`).
         L_inv: (nv, nv) L^{-1}, with M = L L^T, and
-        X: (nv, n) L^{-1} U^T: U M^{-1} U^T = X^T X. Both are caches: `apply` and
-            `matrix` are differentiated with respect to U^T and M by their own rules.
+        X: (nv, n) L^{-1} U^T: U M^{-1} U^T = X^T X. Both are caches: `apply` is
+            differentiated with respect to U^T and M by its own rule (`matrix` through X).
         C: (n, n) the cone part.
         scale: (n,) the solvers' row scaling s_i = 1 / max(W_ii, max_j |C_ij|) (1 for
             a zero row), W = X^T X: the row scaling of `_newton.row_scale` with W's
@@ -120,7 +103,7 @@ class Delassus(eqx.Module):
 
     def matrix(self):
         """(n, n) A = C + X^T X, formed."""
-        return self.C + _delassus_matrix(self.Ut, self.M, self.L_inv, self.X)
+        return self.C + jnp.matrix_transpose(self.X) @ self.X
 
     def apply(self, z):
         """A z = C z + X^T (X z)."""
