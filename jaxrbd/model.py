@@ -89,6 +89,11 @@ class System(eqx.Module):
         bodies: for scenes of rigid bodies, the static `jaxrbd.bodies.BodyModel`
             whose per-body structure the sparse solver `ContactSweeps` uses; None
             for systems given by their functions.
+        bias_force: ``(q, v, params) -> (nv,)`` the Coriolis, centrifugal and
+            gravitational force together, k(q, v) - G^T grad V(q), in one pass
+            (kinematic trees: recursive Newton-Euler, `jaxrbd.bodies.tree_bias_force`);
+            None derives it from `coriolis_force` (or M) and `potential`, which
+            stays the energy's potential either way.
         collide: ``(q, params, mu, restitution) -> Contacts``: the whole contact
             record in one call (rigid bodies: the collision driver, which also picks
             the broad phase's slots and their mu and restitution). None derives the
@@ -116,6 +121,7 @@ class System(eqx.Module):
     friction: Any = None
     bodies: Any = eqx.field(static=True, default=None)
     collide: Callable | None = eqx.field(static=True, default=None)
+    bias_force: Callable | None = eqx.field(static=True, default=None)
 
     def G(self, q):
         if self.kinematics is None:
@@ -188,6 +194,8 @@ class System(eqx.Module):
 
     def generalized_force(self, t, q, v, *, coriolis=True):
         """k(q, v) - G^T grad V(q) + F_ext(t, q, v): everything but the contact forces (without k: coriolis=False)."""
+        if coriolis and self.bias_force is not None:
+            return self.external_force(t, q, v, self.params) + self.bias_force(q, v, self.params)
         grad_v = jax.grad(lambda q_: self.potential(q_, self.params))(q)
         if self.velocity_map is None:
             gravity = self.G(q).T @ grad_v
@@ -306,7 +314,7 @@ def check_system(system, state):
             raise ValueError(f"system.restitution has shape {e}, expected {system.mu.shape} (that of system.mu)")
         check_value("system.restitution", system.restitution, unit_interval=True)
     if system.bodies is not None:
-        _check_bodies(system.bodies, system.params, q)
+        system.bodies.check(system.params, q)
     T = jax.eval_shape(lambda q: system.tangents(q, system.params), q).shape
     if len(T) != 3 or T[0] != nc or T[1] not in (1, 2) or T[2] != v.shape[0]:
         raise ValueError(f"system.tangents returns shape {T}, expected ({nc}, 1 or 2, {v.shape[0]})")
@@ -314,7 +322,7 @@ def check_system(system, state):
         raise ValueError(f"system.directions must be >= 3 with two tangent directions, got {system.directions}")
 
 
-def _check_bodies(bodies, params, q):
+def check_bodies(bodies, params, q):
     """The leaves of a scene of rigid bodies (`BodyParams`) and its quaternions, by body name."""
     check_value("system.params.mass", params.mass, shape=(bodies.nbodies,), positive=True)
     if not is_traced(params.inertia):

@@ -770,6 +770,21 @@ class SceneBuilder:
 
     def build(self):
         """Compile to a `Scene` (system, state, bodies); warns when initial bodies overlap."""
+        model, params, mu, restitution, cone = self.build_model()
+        system = model.system(params, mu, restitution, self.directions, cone)
+        q0 = jnp.concatenate([b.q for b in self._bodies])
+        q0 = _project_initial_joints(model, system, q0)
+        state = State(as_float(0.0), q0, jnp.concatenate([b.v for b in self._bodies]))
+        scene = Scene(system, state, model)
+        _warn_overlaps(model, params, state.q)
+        return scene
+
+    def build_model(self):
+        """The static `BodyModel` and its leaves, on the host: (model, params, mu, restitution, cone).
+
+        Nothing is compiled and the initial state is not checked (`build` does
+        both); `jaxrbd.load_mjcf` uses it for the contact geometry of a tree.
+        """
         if not self._bodies:
             raise ValueError("a scene needs at least one moving body")
         nb = len(self._bodies)
@@ -855,13 +870,7 @@ class SceneBuilder:
             control=None if motor_params is None else jnp.zeros(len(motor_layout), motor_params.gear.dtype),
             **self._body_damping_params(),
         )
-        cone = self._cone(pair_cones)
-        system = model.system(params, as_float(mu), as_float(restitution), self.directions, cone)
-        q0 = _project_initial_joints(model, system, q0)
-        state = State(as_float(0.0), q0, jnp.concatenate([b.v for b in self._bodies]))
-        scene = Scene(system, state, model)
-        _warn_overlaps(model, params, state.q)
-        return scene
+        return model, params, as_float(mu), as_float(restitution), self._cone(pair_cones)
 
 
 def _group(kinds, entries, broadphase):

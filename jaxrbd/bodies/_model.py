@@ -21,7 +21,7 @@ from .. import _rotation as rot
 from .. import geometry
 from .._contacts import Contacts
 from .._small import inv3, matmul, matvec
-from ..model import System
+from ..model import System, check_bodies
 from ._flight import free_rotation
 
 
@@ -200,6 +200,19 @@ class BodyModel:
             raise KeyError(f"no moving body named {name!r}; bodies: {list(self.names)}")
         return self.names.index(name)
 
+    def check(self, params, q):
+        """On the host: the masses, inertias and quaternions of state q, by body name (ValueError)."""
+        check_bodies(self, params, q)
+
+    def parameters_valid(self, params):
+        """() bool, traceable: every mass positive and every inertia positive definite."""
+        positive_definite = jnp.all(jnp.isfinite(jnp.linalg.cholesky(params.inertia)))
+        return jnp.all(jnp.isfinite(params.mass) & (params.mass > 0)) & positive_definite
+
+    def stop_restitution(self, params):
+        """(nl,) the restitution of each joint-range stop (`limits`)."""
+        return params.joints.restitution[np.array([j for j, _ in self.limits], int)]
+
     # Per-body views. They accept leading batch/time axes.
 
     def positions(self, q):
@@ -274,8 +287,27 @@ class BodyModel:
                 (`system.mu`, `system.epsilon`); the record carries those of its
                 slots. None: zeros.
         """
-        p = self.poses(q)[0]
-        c = self._collide(q, params)
+        record = self.contact_arrays(*self.poses(q), params, mu, restitution)
+        if self.limits:
+            record = self._append_limits(record, q, params)
+        return Contacts(
+            **record,
+            nv=self.nbodies * self.nv_body,
+            tangents=2 if self.dim == 3 else 1,
+            torsion=self.dim == 3,
+            limits=len(self.limits),
+        )
+
+    def contact_arrays(self, p, R, params, mu=None, restitution=None):
+        """The arrays of the contact record (`Contacts` fields but the static sizes) at the body poses (p, R).
+
+        Args:
+            p: (nb + 1, 3) positions of the bodies' origins, R: (nb + 1, 3, 3) their
+                rotations; the last is the world. The blocks are on each body's
+                linear velocity at p and its angular velocity, in the world frame.
+            params, mu, restitution: as in `collide`.
+        """
+        c = geometry.collide(self.groups, self.shape_bodies, params.shapes, p, R, self.dim, self.overflow_distance)
         n, t, o, x, gap = c.normal, c.tangent, c.bitangent, c.point, c.gap
         a, b, index = c.body_a, c.body_b, c.index  # numpy constants for a static layout
         nb, nc = self.nbodies, n.shape[0]
@@ -308,7 +340,7 @@ class BodyModel:
             idx = np.arange(nc)
             full = full.at[idx, :, a].add(planar[:, 0]).at[idx, :, b].add(planar[:, 1])
             rows, blocks = full[:, :, :nb].reshape(nc, 2, nb * 3), None
-        record = dict(
+        return dict(
             gap=gap,
             active=gap <= self.margin,
             mu=mu[index] if self.dynamic else mu,
@@ -322,16 +354,7 @@ class BodyModel:
             normal=n,
             tangent=t,
             bitangent=o,
-        )
-        if self.limits:
-            record = self._append_limits(record, q, params)
-        return Contacts(
-            **record,
             overflow=c.overflow,
-            nv=nb * self.nv_body,
-            tangents=2 if self.dim == 3 else 1,
-            torsion=self.dim == 3,
-            limits=len(self.limits),
         )
 
     def _append_limits(self, record, q, params):
@@ -377,6 +400,7 @@ class BodyModel:
             normal=cat([record["normal"], n]),
             tangent=cat([record["tangent"], t]),
             bitangent=cat([record["bitangent"], o]),
+            overflow=record["overflow"],
         )
 
     def _joint_kinematics(self, q, params):

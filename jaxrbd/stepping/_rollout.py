@@ -114,8 +114,9 @@ def _warn_inelastic(system, restitution):
         return
     e = [] if system.restitution is None or is_traced(system.restitution) else [np.ravel(system.restitution)]
     model = system.bodies
-    if model is not None and model.limits and not is_traced(system.params.joints.restitution):
-        e.append(np.asarray(system.params.joints.restitution)[[j for j, _ in model.limits]])  # the range stops
+    stops = model.stop_restitution(system.params) if model is not None and model.limits else None
+    if stops is not None and not is_traced(stops):
+        e.append(np.asarray(stops))  # the range stops
     e = np.concatenate(e) if e else np.zeros(0)
     if not np.any(e != 0):
         return

@@ -52,9 +52,7 @@ def parameter_status(system, dt):
     system, dt = jax.lax.stop_gradient((system, jnp.asarray(dt)))
     bad = [(~(jnp.isfinite(dt) & (dt > 0)), StepStatus.BAD_DT)]
     if system.bodies is not None:
-        mass, inertia = system.params.mass, system.params.inertia
-        positive_definite = jnp.all(jnp.isfinite(jnp.linalg.cholesky(inertia)))
-        bad.append((~(jnp.all(jnp.isfinite(mass) & (mass > 0)) & positive_definite), StepStatus.NEGATIVE_MASS))
+        bad.append((~system.bodies.parameters_valid(system.params), StepStatus.NEGATIVE_MASS))
     bad.append((~jnp.all(jnp.isfinite(system.mu) & (system.mu >= 0)), StepStatus.NEGATIVE_MU))
     if system.restitution is not None:
         e = system.restitution

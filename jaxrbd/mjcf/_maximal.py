@@ -18,7 +18,6 @@ mass and inertia are then the weld group's. The mapping of everything else is in
 
 import dataclasses
 import functools
-import os
 import warnings
 
 import equinox as eqx
@@ -26,27 +25,29 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _rotation as rot
-from .bodies import SceneBuilder
-from .geometry import Box, Capsule, ConvexMesh, Plane, Sphere
-from .model import Scene, State
+from .. import _rotation as rot
+from ..bodies import SceneBuilder
+from ..model import Scene, State
+from ._common import (
+    BALL,
+    DEFAULT_SOLIMP,
+    DEFAULT_SOLREF,
+    FREE,
+    GEOM_KINDS,
+    HINGE,
+    SLIDE,
+    _collides,
+    _initial,
+    _inner_vertices,
+    _mesh_vertices,
+    _mu,
+    _mujoco,
+    _name,
+    _shape,
+)
 
-FREE, BALL, SLIDE, HINGE = 0, 1, 2, 3  # mjtJoint
 STATIC, WELDED, MOVING = -1, -2, 0  # the layout's marks of bodies: welded to the world, to a moving body, moving
 _KIND = {BALL: "ball", SLIDE: "slide", HINGE: "revolute"}
-_GEOM = {0: "plane", 1: "hfield", 2: "sphere", 3: "capsule", 4: "ellipsoid", 5: "cylinder", 6: "box", 7: "mesh"}
-_DEFAULT_SOLREF = (0.02, 1.0)
-_DEFAULT_SOLIMP = (0.9, 0.95, 0.001, 0.5, 2.0)
-
-
-def _mujoco():
-    try:
-        import mujoco
-    except ImportError as err:
-        raise ImportError(
-            "load_mjcf needs MuJoCo's Python package to parse MJCF: pip install jaxrbd[mjcf] (or pip install mujoco)"
-        ) from err
-    return mujoco
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,7 +76,8 @@ class MjcfScene(Scene):
 
     Attributes:
         dt: MuJoCo's `opt.timestep`, to pass as `simulate(..., dt=scene.dt)`.
-        layout: the `MjcfLayout` of the maps between qpos/qvel and q/v.
+        layout: the `MjcfLayout` of the maps between qpos/qvel and q/v in maximal
+            coordinates; None in joint coordinates, where q and v are qpos and qvel.
         motors: the names of the `<motor>` actuators, the order of the controls u.
     """
 
@@ -83,21 +85,35 @@ class MjcfScene(Scene):
     layout: MjcfLayout = eqx.field(static=True, default=None)
     motors: tuple = eqx.field(static=True, default=())
 
+    @property
+    def joint_coordinates(self):
+        """Whether the state is MuJoCo's qpos and qvel (a `jaxrbd.bodies.Tree`); the maps below are then identities."""
+        return self.layout is None
+
     def from_mujoco_qpos(self, qpos):
         """jaxrbd's q (..., nq_jaxrbd) of MuJoCo's qpos (..., nq), by MuJoCo's forward kinematics (differentiable)."""
+        if self.joint_coordinates:
+            return jnp.asarray(qpos, float)
         return _batched(functools.partial(_q_of_qpos, self.layout), qpos)
 
     def to_mujoco_qpos(self, q):
         """MuJoCo's qpos (..., nq) of jaxrbd's q (..., nq_jaxrbd); a hinge angle is read in the joint's window."""
+        if self.joint_coordinates:
+            return jnp.asarray(q)
         return _batched(functools.partial(_qpos_of_q, self.layout), q)
 
     def from_mujoco(self, qpos, qvel, t=0.0):
         """The jaxrbd `State` of MuJoCo's (qpos, qvel) (single configuration)."""
-        q, v = _state_of_mujoco(self.layout, jnp.asarray(qpos, float), jnp.asarray(qvel, float))
+        if self.joint_coordinates:
+            q, v = jnp.asarray(qpos, float), jnp.asarray(qvel, float)
+        else:
+            q, v = _state_of_mujoco(self.layout, jnp.asarray(qpos, float), jnp.asarray(qvel, float))
         return State(jnp.asarray(t, q.dtype), q, v)
 
     def to_mujoco_qvel(self, q, v):
         """MuJoCo's qvel (..., nv) of jaxrbd's (q, v) (free joints: body-frame origin velocity, local spin)."""
+        if self.joint_coordinates:
+            return jnp.asarray(v)
         fn = lambda qv: _qvel_of(self.layout, qv[0], qv[1])
         q, v = jnp.asarray(q), jnp.asarray(v)
         for _ in range(q.ndim - 1):
@@ -270,72 +286,8 @@ _state_of_mujoco = jax.jit(_from_mujoco, static_argnums=0)
 _qvel_of = jax.jit(_to_qvel, static_argnums=0)
 
 
-def _parse(mujoco, source):
-    """The MjModel of a path or an XML string; errors name the file or say it is the string."""
-    if isinstance(source, os.PathLike) or (isinstance(source, str) and not source.lstrip().startswith("<")):
-        path = os.fspath(source)
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"load_mjcf: no MJCF file at {path!r}")
-        try:
-            return mujoco.MjModel.from_xml_path(path)
-        except ValueError as err:
-            raise ValueError(f"load_mjcf: MuJoCo could not compile {path!r}: {err}") from None
-    if not isinstance(source, str):
-        raise TypeError(f"load_mjcf: source must be a path or an XML string, got {type(source).__name__}")
-    try:
-        return mujoco.MjModel.from_xml_string(source)
-    except ValueError as err:
-        raise ValueError(f"load_mjcf: MuJoCo could not compile the XML string: {err}") from None
-
-
-def _name(m, mujoco, obj, i, prefix):
-    return mujoco.mj_id2name(m, obj, i) or f"{prefix}{i}"
-
-
-def _initial(m, mujoco, keyframe):
-    """(qpos, qvel) of qpos0 or of a keyframe given by name or index."""
-    if keyframe is None:
-        return np.array(m.qpos0), np.zeros(m.nv)
-    names = [_name(m, mujoco, mujoco.mjtObj.mjOBJ_KEY, k, "key") for k in range(m.nkey)]
-    if isinstance(keyframe, str):
-        k = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_KEY, keyframe)
-        if k < 0:
-            raise ValueError(f"load_mjcf: no keyframe named {keyframe!r}; keyframes: {names}")
-    elif isinstance(keyframe, int) and 0 <= keyframe < m.nkey:
-        k = keyframe
-    else:
-        raise ValueError(f"load_mjcf: keyframe must be a keyframe name or an index in [0, {m.nkey}), got {keyframe!r}")
-    return np.array(m.key_qpos[k]), np.array(m.key_qvel[k])
-
-
-def _mu(m, g1, g2):
-    """The pair's mu by MuJoCo's rule: the higher priority's sliding friction, else the max; 0 for condim 1."""
-    if max(m.geom_condim[g1], m.geom_condim[g2]) == 1:
-        return 0.0
-    p1, p2 = m.geom_priority[g1], m.geom_priority[g2]
-    if p1 != p2:
-        return float(m.geom_friction[g1 if p1 > p2 else g2, 0])
-    return float(max(m.geom_friction[g1, 0], m.geom_friction[g2, 0]))
-
-
-def _collides(m, excluded, filterparent, g1, g2):
-    """Whether MuJoCo's broad phase filter lets geoms g1 and g2 collide."""
-    b1, b2 = m.geom_bodyid[g1], m.geom_bodyid[g2]
-    w1, w2 = m.body_weldid[b1], m.body_weldid[b2]
-    if w1 == w2:
-        return False
-    if not (m.geom_contype[g1] & m.geom_conaffinity[g2] or m.geom_contype[g2] & m.geom_conaffinity[g1]):
-        return False
-    if frozenset((b1, b2)) in excluded:
-        return False
-    parent = m.body_weldid[m.body_parentid]
-    if filterparent and w1 != 0 and w2 != 0 and (w1 == parent[w2] or w2 == parent[w1]):
-        return False
-    return True
-
-
-def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=None):
-    """Load an MJCF model (a path or an XML string) as an `MjcfScene`, with MuJoCo's parser and compiler.
+def load_maximal(m, *, keyframe=None, directions=8, friction=None, broadphase=None):
+    """The `MjcfScene` of the compiled MjModel m in maximal coordinates (`load_mjcf(coordinates="maximal")`).
 
     What is read, and how it maps:
     - bodies: mass and inertia as MuJoCo computed them (from `<inertial>` or its
@@ -390,7 +342,7 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
     joints, actuators other than motors on hinges, slides and ball joints, and flexes. Mocap bodies are static.
 
     Args:
-        source: a path to an .xml file, or the XML itself as a string.
+        m: MuJoCo's compiled model.
         keyframe: None (MuJoCo's qpos0), or a `<key>` name or index.
         directions, friction, broadphase: as in `SceneBuilder`.
 
@@ -399,10 +351,9 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
         `to_mujoco_qpos`, `from_mujoco_qpos`, `to_mujoco_qvel` and `from_mujoco`.
     """
     mujoco = _mujoco()
-    m = _parse(mujoco, source)
     obj = mujoco.mjtObj
     body_name = lambda i: _name(m, mujoco, obj.mjOBJ_BODY, i, "body")
-    geom_name = lambda g: _name(m, mujoco, obj.mjOBJ_GEOM, g, "geom")
+    geom_name = lambda g: _name(m, mujoco, obj.mjOBJGEOM_KINDS, g, "geom")
     joint_name = lambda j: _name(m, mujoco, obj.mjOBJ_JOINT, j, "joint")
 
     def refuse(what):
@@ -454,7 +405,7 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
     live = [g for g in range(m.ngeom) if any(collide(g, h) for h in range(m.ngeom) if h != g)]
     ignore("geoms that collide with nothing", [geom_name(g) for g in range(m.ngeom) if g not in live])
     for g in live:  # a geom that collides with nothing only adds its mass, which MuJoCo has counted
-        kind = _GEOM.get(int(m.geom_type[g]), str(m.geom_type[g]))
+        kind = GEOM_KINDS.get(int(m.geom_type[g]), str(m.geom_type[g]))
         if kind not in ("plane", "sphere", "capsule", "box", "mesh"):
             refuse(f"geom {geom_name(g)!r} is a {kind}, which jaxrbd does not support")
     ignore(
@@ -462,7 +413,7 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
         [
             geom_name(g)
             for g in live
-            if not (np.allclose(m.geom_solref[g], _DEFAULT_SOLREF) and np.allclose(m.geom_solimp[g], _DEFAULT_SOLIMP))
+            if not (np.allclose(m.geom_solref[g], DEFAULT_SOLREF) and np.allclose(m.geom_solimp[g], DEFAULT_SOLIMP))
         ],
     )
     ignore("margin/gap of geoms", [geom_name(g) for g in live if m.geom_margin[g] or m.geom_gap[g]])
@@ -539,7 +490,7 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
         geoms = [g for g in live if root(g) == i]
         if not geoms:
             own = [g for g in range(m.ngeom) if root(g) == i]
-            geoms = [g for g in own if _GEOM.get(int(m.geom_type[g])) in ("sphere", "capsule", "box", "mesh")]
+            geoms = [g for g in own if GEOM_KINDS.get(int(m.geom_type[g])) in ("sphere", "capsule", "box", "mesh")]
             if not geoms:
                 refuse(
                     f"body {body_name(i)!r}: none of its geoms collides, and none is a sphere, capsule, box or mesh "
@@ -687,7 +638,7 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
         b.add_motor(name, joint_of[j], torque=torque, gear=gear, ctrl_range=ctrl_range, force_range=force_range)
         motors.append(name)
     if ignored:
-        warnings.warn("load_mjcf ignores these MJCF elements: " + "; ".join(ignored), stacklevel=2)
+        warnings.warn("load_mjcf ignores these MJCF elements: " + "; ".join(ignored), stacklevel=3)
     scene = b.build()
     return MjcfScene(
         scene.system, scene.state, scene.bodies, dt=float(m.opt.timestep), layout=layout, motors=tuple(motors)
@@ -736,36 +687,3 @@ def _welded_inertia(m, data, i, welded):
     return mass, R.T @ inertia @ R, R.T @ (com - data.xpos[i])
 
 
-def _shape(m, g, pos, quat, static=False, normal=None):
-    size, kind = m.geom_size[g], _GEOM[int(m.geom_type[g])]
-    pose = dict(position=tuple(map(float, pos)), orientation=tuple(map(float, quat)))
-    if kind == "plane":
-        n = np.asarray(normal, float)
-        return Plane(normal=tuple(n), offset=float(n @ pos))
-    if kind == "sphere":
-        return Sphere(float(size[0]), **pose)
-    if kind == "capsule":
-        return Capsule(float(size[0]), float(size[1]), **pose)
-    if kind == "mesh":  # MuJoCo collides a mesh as its convex hull, which is what a ConvexMesh is
-        return ConvexMesh(_mesh_vertices(m, g), **pose)
-    return Box(tuple(map(float, size[:3])), **pose)
-
-
-def _mesh_vertices(m, g):
-    """(n, 3) vertices of mesh geom g in its own frame."""
-    mesh = m.geom_dataid[g]
-    start, n = m.mesh_vertadr[mesh], m.mesh_vertnum[mesh]
-    return np.array(m.mesh_vert[start : start + n], float)
-
-
-def _inner_vertices(vertices):
-    """How many vertices lie strictly inside their convex hull (0 for a convex mesh, or one spanning no solid,
-    which `ConvexMesh` refuses with its own error)."""
-    from scipy.spatial import ConvexHull, QhullError
-
-    try:
-        eq = ConvexHull(vertices).equations  # n . x + d <= 0 inside
-    except (QhullError, ValueError):
-        return 0
-    size = np.max(np.linalg.norm(vertices - vertices.mean(0), axis=1))
-    return int(np.sum(np.max(vertices @ eq[:, :3].T + eq[:, 3], axis=1) < -1e-9 * size))

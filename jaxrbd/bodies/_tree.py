@@ -1,0 +1,703 @@
+"""Kinematic trees in joint coordinates: MuJoCo's qpos and qvel are the state.
+
+A tree is a set of bodies, each attached to its parent (or the world) by a fixed
+offset followed by zero or more joints in sequence, from MuJoCo's joint set:
+
+- free: q holds the body frame's world position and unit quaternion wxyz, v the
+  origin's world velocity and the angular velocity in the body frame;
+- ball: q a unit quaternion, v the angular velocity in the child's frame;
+- hinge (an angle) and slide (a displacement), one coordinate each, measured from
+  MuJoCo's qpos0.
+
+So dq/dt = G(q) v, with the quaternion rate (quat * (0, w)) / 2 of the local
+angular velocity. Tree joints hold by construction: there are no equality rows
+for them and nothing drifts. This is the generalized-coordinate setting of the
+papers (000 §2, 003 §2): the mass matrix M(q), the bias forces and the contact
+rows J(q), here the body Jacobians applied to the contact record's rows.
+
+How it is computed, as free functions of (tree, q, params):
+
+- forward kinematics level by level: one vectorised composition for all the
+  bodies at one depth, so compile time grows with the tree's depth, not with its
+  number of bodies;
+- each degree of freedom's motion axis S_i = (w_i, u_i) is a spatial vector
+  referred to the world origin (the velocity of a point x is u + w x x); body
+  velocities, composite inertias (the composite-rigid-body mass matrix) and the
+  two sweeps of recursive Newton-Euler (accelerations down, forces up) are then
+  products with static ancestor masks. For a robot's tens of bodies one small
+  dense mask product replaces a scatter per level, in both directions.
+"""
+
+import dataclasses
+import functools
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .. import _rotation as rot
+from .._contacts import Contacts
+from .._validate import check_value, is_traced
+from ..model import System
+
+FREE, BALL, SLIDE, HINGE = 0, 1, 2, 3  # MuJoCo's mjtJoint
+JOINT_DOFS = {FREE: 6, BALL: 3, SLIDE: 1, HINGE: 1}
+JOINT_QPOS = {FREE: 7, BALL: 4, SLIDE: 1, HINGE: 1}
+
+
+class ActuatorParams(eqx.Module):
+    """MuJoCo's actuators on hinge and slide joints, (nu, ...): force = gain ctrl + bias . (1, length, velocity).
+
+    Attributes:
+        gear: (nu,) the transmission: length = gear q, velocity = gear v, and the
+            joint force is gear times the actuator force.
+        gain: (nu,) the force per unit of control (MuJoCo's `gainprm[0]`).
+        bias: (nu, 3) the affine bias (MuJoCo's `biasprm[:3]`; a position servo has
+            (0, -kp, 0), a velocity servo (0, 0, -kv), a motor zeros).
+        ctrl_range, force_range: (nu, 2) bounds of the control and of the force
+            (+-inf where MuJoCo's are not limited).
+    """
+
+    gear: jax.Array
+    gain: jax.Array
+    bias: jax.Array
+    ctrl_range: jax.Array
+    force_range: jax.Array
+
+
+class TreeParams(eqx.Module):
+    """The array leaves of a tree (`system.params`); every one may be fitted or swept.
+
+    Attributes:
+        body_pos, body_quat: (nb, 3), (nb, 4) each body's frame in its parent's.
+        mass: (nb,) masses (0 for a massless frame).
+        inertia: (nb, 3, 3) inertia about the centre of mass, in the body frame.
+        com: (nb, 3) the centre of mass in the body frame.
+        gravity: (3,) gravitational acceleration.
+        joint_pos, joint_axis: (nj, 3) each joint's anchor and unit axis in its
+            body's frame (before the joint moves it).
+        qpos0: (nq,) the coordinates at which hinges and slides read zero.
+        armature, damping: (nv,) per degree of freedom; the damper is implicit, as
+            in MuJoCo's Euler integrator.
+        stiffness: (nj,) hinge and slide springs, about `springref` (nq,).
+        lower, upper: (nj,) joint ranges (+-inf without a stop).
+        stop_restitution: (nj,) the restitution of a joint's range stops.
+        actuators: the `ActuatorParams`, or None without actuators.
+        control: (nu,) the controls (zeros as built; `simulate(controls=...)` sets
+            them in every step), or None.
+        shapes: the contact geometry's shapes (`BodyParams.shapes`).
+    """
+
+    body_pos: jax.Array
+    body_quat: jax.Array
+    mass: jax.Array
+    inertia: jax.Array
+    com: jax.Array
+    gravity: jax.Array
+    joint_pos: jax.Array
+    joint_axis: jax.Array
+    qpos0: jax.Array
+    armature: jax.Array
+    damping: jax.Array
+    stiffness: jax.Array
+    springref: jax.Array
+    lower: jax.Array
+    upper: jax.Array
+    stop_restitution: jax.Array
+    actuators: Any = None
+    control: Any = None
+    shapes: Any = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Tree:
+    """The static layout of a kinematic tree (hashable): the functions of this module read it.
+
+    Attributes:
+        names: body names, in tree order (every parent before its children).
+        parent: (nb,) each body's parent index, -1 for the world.
+        joints: ((name, type, body, qpos address, dof address), ...) in MuJoCo's
+            order (a body's joints in sequence, bodies in tree order).
+        nq, nv: sizes of q and v.
+        geometry: the `BodyModel` of the contact geometry, whose moving bodies are
+            the tree bodies `geometry_bodies`; None without contact pairs.
+        geometry_bodies: the tree body of each of the geometry's bodies.
+        limits: ((joint index, side), ...): the range stops, side +1 for the lower
+            stop (gap = coordinate - lower) and -1 for the upper; they follow the
+            contacts in the record, as for `BodyModel`.
+        actuators: ((name, joint index), ...): the order of the controls u.
+        damped: whether some degree of freedom has a damper (`system.passive`).
+    """
+
+    names: tuple
+    parent: tuple
+    joints: tuple
+    nq: int
+    nv: int
+    geometry: Any = None
+    geometry_bodies: tuple = ()
+    limits: tuple = ()
+    actuators: tuple = ()
+    damped: bool = False
+
+    # What the rest of jaxrbd asks of a body model.
+    dim = 3
+
+    @property
+    def nbodies(self):
+        return len(self.names)
+
+    @property
+    def motors(self):
+        """((name, joint index), ...): the actuators, in the order of the controls."""
+        return self.actuators
+
+    def index(self, name):
+        """The index of a body by name."""
+        if name not in self.names:
+            raise KeyError(f"no body named {name!r}; bodies: {list(self.names)}")
+        return self.names.index(name)
+
+    def check(self, params, q):
+        """On the host: masses, inertias and the quaternions of q (ValueError naming the body or joint)."""
+        check_value("system.params.mass", params.mass, shape=(self.nbodies,), nonnegative=True)
+        if not is_traced(params.inertia):
+            eig = np.linalg.eigvalsh(np.asarray(params.inertia))
+            for name, e in zip(self.names, eig):
+                if not np.all(np.isfinite(e)) or e.min() < -1e-12 * max(1.0, abs(e).max()):
+                    raise ValueError(
+                        f"system.params.inertia of body {name!r} must be symmetric positive semidefinite, "
+                        f"got eigenvalues {e.tolist()}"
+                    )
+        if not is_traced(q):
+            for name, jtype, _, a, _ in self.joints:
+                if jtype in (FREE, BALL):
+                    s = a + 3 if jtype == FREE else a
+                    check_value(f"the quaternion of joint {name!r} in state.q", q[s : s + 4], nonzero=True)
+
+    def parameters_valid(self, params):
+        """() bool, traceable: masses non-negative and every leaf of the inertias finite."""
+        return jnp.all(jnp.isfinite(params.mass) & (params.mass >= 0)) & jnp.all(jnp.isfinite(params.inertia))
+
+    def stop_restitution(self, params):
+        """(nl,) the restitution of each range stop (`limits`)."""
+        return params.stop_restitution[np.array([j for j, _ in self.limits], int)]
+
+    def limit_rows(self):
+        """((joint name, "lower" | "upper", record index), ...): where each stop sits in the contact record."""
+        nc = 0 if self.geometry is None else len(self.geometry.pair_names)
+        if self.geometry is not None and self.geometry.dynamic:
+            nc = sum((len(g.index_a) if g.slots is None else g.slots) * g.capacity for g in self.geometry.groups)
+        return tuple(
+            (self.joints[j][0], "lower" if side > 0 else "upper", nc + k) for k, (j, side) in enumerate(self.limits)
+        )
+
+    # Static structure, derived once.
+
+    @functools.cached_property
+    def _parent(self):
+        """(nb,) parent indices with the world as nb."""
+        nb = self.nbodies
+        return np.array([nb if p < 0 else p for p in self.parent], int)
+
+    @functools.cached_property
+    def levels(self):
+        """The bodies grouped by depth (numpy index arrays), the world's children first."""
+        depth = []
+        for p in self.parent:
+            depth.append(0 if p < 0 else depth[p] + 1)
+        depth = np.array(depth, int)
+        return tuple(np.flatnonzero(depth == d) for d in range(depth.max(initial=-1) + 1))
+
+    @functools.cached_property
+    def ancestors(self):
+        """(nb, nb) bool: A[a, b] = body a is body b or one of its ancestors."""
+        nb = self.nbodies
+        A = np.eye(nb, dtype=bool)
+        for b in range(nb):
+            p = self.parent[b]
+            while p >= 0:
+                A[p, b] = True
+                p = self.parent[p]
+        return A
+
+    @functools.cached_property
+    def slots(self):
+        """(nb, K) each body's joints in sequence, padded with nj (the identity)."""
+        nj = len(self.joints)
+        per_body = [[j for j, joint in enumerate(self.joints) if joint[2] == b] for b in range(self.nbodies)]
+        K = max((len(s) for s in per_body), default=0)
+        return np.array([s + [nj] * (K - len(s)) for s in per_body], int).reshape(self.nbodies, K)
+
+    @functools.cached_property
+    def joint_slot(self):
+        """(nj,) the place of each joint in its body's sequence."""
+        out = np.zeros(len(self.joints), int)
+        for b, row in enumerate(self.slots):
+            for k, j in enumerate(row):
+                if j < len(self.joints):
+                    out[j] = k
+        return out
+
+    @functools.cached_property
+    def free_bodies(self):
+        """(nb,) bool: bodies moved by a free joint (their offset from the world is the joint's)."""
+        out = np.zeros(self.nbodies, bool)
+        for _, jtype, b, _, _ in self.joints:
+            out[b] |= jtype == FREE
+        return out
+
+    @functools.cached_property
+    def by_type(self):
+        """{joint type: (joint indices, qpos addresses, dof addresses)}, numpy arrays, for the types present."""
+        out = {}
+        for jtype in (FREE, BALL, SLIDE, HINGE):
+            ids = [j for j, joint in enumerate(self.joints) if joint[1] == jtype]
+            if ids:
+                out[jtype] = tuple(np.array(x, int) for x in zip(*[(j, self.joints[j][3], self.joints[j][4]) for j in ids]))
+        return out
+
+    @functools.cached_property
+    def dof_body(self):
+        """(nv,) the body each degree of freedom moves."""
+        out = np.zeros(self.nv, int)
+        for _, jtype, b, _, d in self.joints:
+            out[d : d + JOINT_DOFS[jtype]] = b
+        return out
+
+    @functools.cached_property
+    def dof_masks(self):
+        """(D, P, C): D (nb, nv) dof i moves body b; P (nv, nv) dof k moves the frame dof i's axis is fixed in
+        (an earlier joint on the chain: a free joint's translation moves its rotation's axes, a joint's own dofs
+        do not count); C (nv, nv) dofs i and j move a common body, i's body an ancestor of j's or j's of i's."""
+        A, body = self.ancestors, self.dof_body
+        unit = np.zeros(self.nv, int)  # the joint unit of each dof, in chain order
+        u = 0
+        for _, jtype, _, _, d in self.joints:
+            if jtype == FREE:
+                unit[d : d + 3], unit[d + 3 : d + 6], u = u, u + 1, u + 2
+            else:
+                unit[d : d + JOINT_DOFS[jtype]], u = u, u + 1
+        D = A[body].T
+        same = body[:, None] == body[None, :]
+        P = A[body][:, body].T & (~same | (unit[None, :] < unit[:, None]))
+        return D, P, A[body][:, body]
+
+    @functools.cached_property
+    def scalar_joints(self):
+        """(qpos addresses, dof addresses, joint indices) of the hinges and slides, numpy arrays."""
+        ids = [j for j, joint in enumerate(self.joints) if joint[1] in (HINGE, SLIDE)]
+        return (
+            np.array([self.joints[j][3] for j in ids], int),
+            np.array([self.joints[j][4] for j in ids], int),
+            np.array(ids, int),
+        )
+
+    def system(self, params, mu, restitution, directions, friction=None):
+        """The `System` of this tree with the given leaves (its functions compare by the tree's value)."""
+        fn = lambda f: _Bound(self, f)
+        return System(
+            params=params,
+            mu=mu,
+            mass_matrix=fn(mass_matrix),
+            potential=fn(potential),
+            gaps=fn(_gaps),
+            tangents=fn(_tangents),
+            external_force=_BoundForce(self),
+            kinematics=fn(_kinematics_matrix),
+            velocity_map=fn(velocity_map),
+            directions=directions,
+            passive=fn(passive) if self.damped else None,
+            normalize=_BoundNormalize(self),
+            collide=fn(contacts),
+            restitution=restitution,
+            torsions=fn(_torsions),
+            friction=friction,
+            bodies=self,
+            bias_force=fn(bias_force),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class _Bound:
+    """f(tree, ...) as a System function that compares by the tree's value."""
+
+    tree: Tree
+    fn: Any
+
+    def __call__(self, *args):
+        return self.fn(self.tree, *args)
+
+
+@dataclasses.dataclass(frozen=True)
+class _BoundForce:
+    tree: Tree
+
+    def __call__(self, t, q, v, params):
+        return applied_force(self.tree, q, v, params)
+
+
+@dataclasses.dataclass(frozen=True)
+class _BoundNormalize:
+    tree: Tree
+
+    def __call__(self, q):
+        return normalize(self.tree, q)
+
+
+# --- Kinematics -------------------------------------------------------------------------------
+
+
+def _axis_angle(axis, angle):
+    """(..., 3, 3) the rotation by `angle` about the unit `axis` (Rodrigues)."""
+    K = rot.skew(axis)
+    s, c = jnp.sin(angle)[..., None, None], jnp.cos(angle)[..., None, None]
+    return jnp.eye(3, dtype=axis.dtype) + s * K + (1.0 - c) * (K @ K)
+
+
+def _quaternions(q, start):
+    """(n, 4) the quaternions q[start + (0..3)], normalized."""
+    return rot.normalize(q[start[:, None] + np.arange(4)])
+
+
+def joint_transforms(tree, q, params):
+    """(nj + 1, 3), (nj + 1, 3, 3): each joint's displacement (p, R) of its body's frame, the last the identity.
+
+    A point x of the frame after the joint is p + R x before it: a hinge or ball
+    turns about its anchor c (p = c - R c), a slide moves along its axis by
+    q - qpos0, a free joint places the frame at (position, quaternion).
+    """
+    nj, dtype = len(tree.joints), q.dtype
+    p = jnp.zeros((nj + 1, 3), dtype)
+    R = jnp.broadcast_to(jnp.eye(3, dtype=dtype), (nj + 1, 3, 3))
+    for jtype, (ids, a, _) in tree.by_type.items():
+        c, axis = params.joint_pos[ids], params.joint_axis[ids]
+        if jtype == HINGE:
+            Rj = _axis_angle(axis, q[a] - params.qpos0[a])
+            pj = c - jnp.einsum("nij,nj->ni", Rj, c)
+        elif jtype == SLIDE:
+            Rj = jnp.broadcast_to(jnp.eye(3, dtype=dtype), (len(ids), 3, 3))
+            pj = axis * (q[a] - params.qpos0[a])[:, None]
+        elif jtype == BALL:
+            Rj = rot.to_matrix(_quaternions(q, a))
+            pj = c - jnp.einsum("nij,nj->ni", Rj, c)
+        else:
+            Rj = rot.to_matrix(_quaternions(q, a + 3))
+            pj = q[a[:, None] + np.arange(3)]
+        p, R = p.at[ids].set(pj), R.at[ids].set(Rj)
+    return p, R
+
+
+class Frames(eqx.Module):
+    """The tree's kinematics at one configuration.
+
+    Attributes:
+        x, R: (nb + 1, 3), (nb + 1, 3, 3) body frames in the world; the last is the world.
+        anchor: (nj, 3) each joint's anchor in the world.
+        before: (nj, 3, 3) the rotation of the frame each joint acts in (its body's
+            frame before the joint moves it), in the world.
+        joint_R: (nj + 1, 3, 3) each joint's own rotation (`joint_transforms`).
+        S: (nv, 6) every degree of freedom's motion axis (w, u) referred to the
+            world origin: the velocity of a point x it moves is (u + w x x) v_i.
+    """
+
+    x: jax.Array
+    R: jax.Array
+    anchor: jax.Array
+    before: jax.Array
+    joint_R: jax.Array
+    S: jax.Array
+
+
+def frames(tree, q, params):
+    """The `Frames` at q: forward kinematics level by level, then the motion axes (MuJoCo's mj_kinematics, cdof)."""
+    nb, dtype = tree.nbodies, q.dtype
+    eye = jnp.eye(3, dtype=dtype)
+    pj, Rj = joint_transforms(tree, q, params)
+    free = tree.free_bodies[:, None]
+    lp = jnp.where(free, 0.0, params.body_pos)
+    lR = jnp.where(free[..., None], eye, rot.to_matrix(rot.normalize(params.body_quat)))
+    pre_p, pre_R = [], []  # each slot's frame in the parent's frame, before its joint
+    for k in range(tree.slots.shape[1]):
+        pre_p.append(lp)
+        pre_R.append(lR)
+        j = tree.slots[:, k]
+        lp, lR = lp + jnp.einsum("bij,bj->bi", lR, pj[j]), lR @ Rj[j]
+    x = jnp.zeros((nb + 1, 3), dtype)
+    R = jnp.broadcast_to(eye, (nb + 1, 3, 3))
+    parent = tree._parent
+    for level in tree.levels:
+        par = parent[level]
+        x = x.at[level].set(x[par] + jnp.einsum("bij,bj->bi", R[par], lp[level]))
+        R = R.at[level].set(R[par] @ lR[level])
+    nj = len(tree.joints)
+    if nj == 0:
+        return Frames(x, R, jnp.zeros((0, 3), dtype), jnp.zeros((0, 3, 3), dtype), Rj, jnp.zeros((0, 6), dtype))
+    body = np.array([joint[2] for joint in tree.joints], int)
+    slot = tree.joint_slot
+    par = parent[body]
+    pre_p, pre_R = jnp.stack(pre_p, 1)[body, slot], jnp.stack(pre_R, 1)[body, slot]
+    before = R[par] @ pre_R
+    origin = x[par] + jnp.einsum("nij,nj->ni", R[par], pre_p)
+    anchor = origin + jnp.einsum("nij,nj->ni", before, params.joint_pos)
+    return Frames(x, R, anchor, before, Rj, _motion_axes(tree, params, x, anchor, before, Rj))
+
+
+def _motion_axes(tree, params, x, anchor, before, Rj):
+    """(nv, 6) the motion axes (w, u) of every degree of freedom (see `Frames.S`)."""
+    S = jnp.zeros((tree.nv, 6), x.dtype)
+    for jtype, (ids, _, d) in tree.by_type.items():
+        if jtype in (HINGE, SLIDE):
+            axis = jnp.einsum("nij,nj->ni", before[ids], params.joint_axis[ids])
+            if jtype == HINGE:
+                S = S.at[d].set(jnp.concatenate([axis, jnp.cross(anchor[ids], axis)], -1))
+            else:
+                S = S.at[d].set(jnp.concatenate([jnp.zeros_like(axis), axis], -1))
+            continue
+        # Ball and free rotations: the axes of the frame after the joint (MuJoCo's qvel is the local spin).
+        after = before[ids] @ Rj[ids]  # (n, 3, 3); its columns are the axes
+        w = jnp.swapaxes(after, -1, -2)  # (n, 3 axes, 3)
+        centre = anchor[ids] if jtype == BALL else x[np.array([tree.joints[j][2] for j in ids], int)]
+        spin = jnp.concatenate([w, jnp.cross(centre[:, None, :], w)], -1)  # (n, 3, 6)
+        if jtype == BALL:
+            S = S.at[d[:, None] + np.arange(3)].set(spin)
+        else:
+            shift = jnp.broadcast_to(jnp.concatenate([jnp.zeros((3, 3)), jnp.eye(3)], -1).astype(x.dtype), spin.shape)
+            S = S.at[d[:, None] + np.arange(3)].set(shift).at[d[:, None] + 3 + np.arange(3)].set(spin)
+    return S
+
+
+def velocity_map(tree, q, v, params):
+    """(nq,) dq/dt = G(q) v: hinges and slides their rate, quaternions (quat * (0, w)) / 2 of the local spin w."""
+    del params
+    qdot = jnp.zeros(tree.nq, v.dtype)
+    a, d, _ = tree.scalar_joints
+    qdot = qdot.at[a].set(v[d])
+    for jtype in (BALL, FREE):
+        if jtype not in tree.by_type:
+            continue
+        _, a, d = tree.by_type[jtype]
+        s, w = (a, d) if jtype == BALL else (a + 3, d + 3)
+        if jtype == FREE:
+            qdot = qdot.at[a[:, None] + np.arange(3)].set(v[d[:, None] + np.arange(3)])
+        quat, spin = q[s[:, None] + np.arange(4)], v[w[:, None] + np.arange(3)]
+        rate = 0.5 * rot.multiply(quat, jnp.concatenate([jnp.zeros_like(spin[:, :1]), spin], -1))
+        qdot = qdot.at[s[:, None] + np.arange(4)].set(rate)
+    return qdot
+
+
+def _kinematics_matrix(tree, q, params):
+    """(nq, nv) G(q) of `velocity_map`."""
+    return jax.jacfwd(lambda v: velocity_map(tree, q, v, params))(jnp.zeros(tree.nv, q.dtype))
+
+
+def normalize(tree, q):
+    """q with the quaternions of free and ball joints normalized."""
+    for jtype in (BALL, FREE):
+        if jtype in tree.by_type:
+            a = tree.by_type[jtype][1] + (3 if jtype == FREE else 0)
+            idx = a[:, None] + np.arange(4)
+            q = q.at[idx].set(rot.normalize(q[idx]))
+    return q
+
+
+def body_jacobians(tree, f, bodies, x):
+    """(n, 6, nv) the Jacobians of the bodies (n,) at the points x (n, 3) of theirs, from the `Frames` f:
+    J v = (the point's linear velocity, the body's angular velocity), both in the world frame."""
+    D = jnp.asarray(tree.dof_masks[0][bodies], f.S.dtype)  # (n, nv)
+    w, u = f.S[:, :3].T, f.S[:, 3:].T  # (3, nv)
+    lin = u[None] + jnp.cross(w.T[None, :, :], x[:, None, :]).swapaxes(-1, -2)  # (n, 3, nv): u + w x x
+    return jnp.concatenate([lin, jnp.broadcast_to(w, lin.shape)], 1) * D[:, None, :]
+
+
+# --- Dynamics ---------------------------------------------------------------------------------
+
+
+def _spatial_inertia(tree, f, params):
+    """(nb, 6, 6) each body's spatial inertia referred to the world origin, on (w, u), and its centre of mass."""
+    R = f.R[:-1]
+    c = f.x[:-1] + jnp.einsum("bij,bj->bi", R, params.com)
+    Ic = R @ params.inertia @ jnp.swapaxes(R, -1, -2)
+    C = rot.skew(c)
+    m = params.mass[:, None, None]
+    top = jnp.concatenate([Ic + m * (C @ jnp.swapaxes(C, -1, -2)), m * C], -1)
+    bottom = jnp.concatenate([m * jnp.swapaxes(C, -1, -2), m * jnp.eye(3, dtype=c.dtype)], -1)
+    return jnp.concatenate([top, bottom], -2)
+
+
+def mass_matrix(tree, q, params, f=None):
+    """M(q) by composite rigid bodies: M_ij = S_i . I_c[body j] S_j where body i is body j or an ancestor of it,
+    I_c a body's subtree inertia; plus the armature on the diagonal (MuJoCo's qM)."""
+    f = frames(tree, q, params) if f is None else f
+    D, _, C = tree.dof_masks
+    I = _spatial_inertia(tree, f, params)
+    Ic = jnp.einsum("ab,bij->aij", jnp.asarray(tree.ancestors, I.dtype), I)  # subtree sums, one product
+    F = jnp.einsum("nij,nj->ni", Ic[tree.dof_body], f.S)  # (nv, 6)
+    M1 = f.S @ F.T  # M1[i, j] = S_i . I_c[body j] S_j
+    M = jnp.where(C, M1, 0.0)
+    M = jnp.where(C.T & ~C, M1.T, M)
+    return M + jnp.diag(params.armature)
+
+
+def _cross_motion(a, b):
+    """(..., 6) the spatial cross product a x b of motion vectors (w, u)."""
+    wa, ua, wb, ub = a[..., :3], a[..., 3:], b[..., :3], b[..., 3:]
+    return jnp.concatenate([jnp.cross(wa, wb), jnp.cross(wa, ub) + jnp.cross(ua, wb)], -1)
+
+
+def _cross_force(a, b):
+    """(..., 6) the spatial cross product a x* b of a motion vector a (w, u) and a force b (moment, force)."""
+    wa, ua, nb, fb = a[..., :3], a[..., 3:], b[..., :3], b[..., 3:]
+    return jnp.concatenate([jnp.cross(wa, nb) + jnp.cross(ua, fb), jnp.cross(wa, fb)], -1)
+
+
+def bias_force(tree, q, v, params, f=None):
+    """(nv,) -(C(q, v) v + g(q)): the Coriolis, centrifugal and gravity force, by recursive Newton-Euler.
+
+    Accelerations down the tree (each body's a_b = sum over its chain of dS_i/dt v_i,
+    dS_i/dt = V x S_i with V the velocity of the frame axis i is fixed in, and the
+    world accelerating at -g), forces up (f_b = I_b a_b + V_b x* I_b V_b, summed over
+    subtrees), projected on the axes: tau_i = S_i . F[body i]. Each sweep is one
+    product with a static ancestor mask.
+    """
+    f = frames(tree, q, params) if f is None else f
+    D, P, _ = tree.dof_masks
+    dtype = v.dtype
+    Sv = f.S * v[:, None]
+    V = jnp.asarray(D, dtype) @ Sv  # (nb, 6) body velocities
+    Sdot = _cross_motion(jnp.asarray(P, dtype) @ Sv, f.S)
+    a = jnp.asarray(D, dtype) @ (Sdot * v[:, None]) + jnp.concatenate([jnp.zeros(3, dtype), -params.gravity])
+    I = _spatial_inertia(tree, f, params)
+    body = jnp.einsum("bij,bj->bi", I, a) + _cross_force(V, jnp.einsum("bij,bj->bi", I, V))
+    F = jnp.asarray(tree.ancestors, dtype) @ body  # subtree sums
+    return -jnp.sum(f.S * F[tree.dof_body], -1)
+
+
+def potential(tree, q, params):
+    """Gravity's potential energy -sum_b m_b g . c_b."""
+    f = frames(tree, q, params)
+    c = f.x[:-1] + jnp.einsum("bij,bj->bi", f.R[:-1], params.com)
+    return -jnp.sum(params.mass * (c @ params.gravity))
+
+
+def actuator_force(tree, q, v, params, u):
+    """(nv,) the actuators' joint forces for the controls u (nu,): gear clip(gain clip(u) + bias . (1, gear q,
+    gear v), force range), as MuJoCo's joint transmission."""
+    ap = params.actuators
+    joints = np.array([j for _, j in tree.actuators], int)
+    a = np.array([tree.joints[j][3] for j in joints], int)
+    d = np.array([tree.joints[j][4] for j in joints], int)
+    ctrl = jnp.clip(u, ap.ctrl_range[:, 0], ap.ctrl_range[:, 1])
+    force = ap.gain * ctrl + ap.bias[:, 0] + ap.bias[:, 1] * ap.gear * q[a] + ap.bias[:, 2] * ap.gear * v[d]
+    force = jnp.clip(force, ap.force_range[:, 0], ap.force_range[:, 1])
+    return jnp.zeros(tree.nv, v.dtype).at[d].add(ap.gear * force)
+
+
+def applied_force(tree, q, v, params):
+    """(nv,) the actuators' forces for `params.control` and the hinge and slide springs (the dampers are in
+    `passive`, implicit)."""
+    a, d, j = tree.scalar_joints
+    F = jnp.zeros(tree.nv, v.dtype).at[d].add(-params.stiffness[j] * (q[a] - params.springref[a]))
+    if tree.actuators and params.control is not None:
+        F = F + actuator_force(tree, q, v, params, params.control)
+    return F
+
+
+def passive(tree, q, params):
+    """(A, B) for `System.passive`: no armature outside M (it is in `mass_matrix`), the dampers diag(damping)."""
+    del q
+    return jnp.zeros((tree.nv, tree.nv), params.damping.dtype), jnp.diag(params.damping)
+
+
+# --- Contacts ---------------------------------------------------------------------------------
+
+
+def contacts(tree, q, params, mu=None, restitution=None):
+    """The contact record at q: the geometry's rows on the bodies mapped through the body Jacobians, then the
+    range stops (frictionless rows on their coordinate)."""
+    dtype = q.dtype
+    f = frames(tree, q, params)
+    nl = len(tree.limits)
+    if tree.geometry is not None:
+        g = tree.geometry
+        idx = np.array(tree.geometry_bodies, int)
+        x = jnp.concatenate([f.x[idx], jnp.zeros((1, 3), dtype)])
+        R = jnp.concatenate([f.R[idx], jnp.eye(3, dtype=dtype)[None]])
+        geo = g.contact_arrays(x, R, params, mu, restitution)
+        J = body_jacobians(tree, f, idx, f.x[idx])  # (ng, 6, nv) at the bodies' origins
+        J = jnp.concatenate([J, jnp.zeros((1,) + J.shape[1:], dtype)])
+        blocks = geo.pop("blocks")
+        geo["rows"] = jnp.einsum("crk,ckv->crv", blocks[:, 0], J[geo["body_a"]]) + jnp.einsum(
+            "crk,ckv->crv", blocks[:, 1], J[geo["body_b"]]
+        )
+    else:
+        geo = _no_contacts(dtype, tree.nv)
+    if nl:
+        geo = _append_stops(tree, geo, q, params)
+    return Contacts(**geo, nv=tree.nv, tangents=2, torsion=True, limits=nl)
+
+
+def _no_contacts(dtype, nv):
+    zeros = lambda *s: jnp.zeros(s, dtype)
+    return dict(
+        gap=zeros(0),
+        active=jnp.zeros(0, bool),
+        mu=zeros(0),
+        restitution=zeros(0),
+        index=np.zeros(0, int),
+        rows=zeros(0, 4, nv),
+        body_a=np.zeros(0, int),
+        body_b=np.zeros(0, int),
+        point=zeros(0, 3),
+        normal=zeros(0, 3),
+        tangent=zeros(0, 3),
+        bitangent=zeros(0, 3),
+        overflow=jnp.zeros((), jnp.int32),
+    )
+
+
+def _append_stops(tree, record, q, params):
+    """The record with the range stops appended: gap = q - lower (side +1) or upper - q, normal row side e_dof."""
+    dtype, nl = q.dtype, len(tree.limits)
+    j = np.array([i for i, _ in tree.limits], int)
+    side = np.array([s for _, s in tree.limits], float)
+    a = np.array([tree.joints[i][3] for i in j], int)
+    d = np.array([tree.joints[i][4] for i in j], int)
+    value = q[a]
+    gap = jnp.where(side > 0, value - params.lower[j], params.upper[j] - value)
+    rows = np.zeros((nl, 4, tree.nv))
+    rows[np.arange(nl), 0, d] = side
+    world = 0 if tree.geometry is None else tree.geometry.nbodies
+    index = np.arange(nl) + (0 if tree.geometry is None else len(tree.geometry.pair_names))
+    cat = jnp.concatenate
+    join = lambda x, y: np.concatenate([x, y]) if isinstance(x, np.ndarray) else cat([x, jnp.asarray(y)])
+    zeros3 = jnp.zeros((nl, 3), dtype)
+    return dict(
+        gap=cat([record["gap"], gap]),
+        active=cat([record["active"], jnp.ones((nl,), bool)]),
+        mu=cat([record["mu"], jnp.zeros((nl,), dtype)]),
+        restitution=cat([record["restitution"], params.stop_restitution[j].astype(dtype)]),
+        index=join(record["index"], index),
+        rows=cat([record["rows"], jnp.asarray(rows, dtype)]),
+        body_a=join(record["body_a"], np.full(nl, world)),
+        body_b=join(record["body_b"], np.full(nl, world)),
+        point=cat([record["point"], zeros3]),
+        normal=cat([record["normal"], zeros3]),
+        tangent=cat([record["tangent"], zeros3]),
+        bitangent=cat([record["bitangent"], zeros3]),
+        overflow=record["overflow"],
+    )
+
+
+def _gaps(tree, q, params):
+    return contacts(tree, q, params).gap
+
+
+def _tangents(tree, q, params):
+    return contacts(tree, q, params).friction_rows(2)
+
+
+def _torsions(tree, q, params):
+    return contacts(tree, q, params).J_r

@@ -1,0 +1,75 @@
+"""MJCF import: a MuJoCo model file as a jaxrbd `Scene`, parsed by MuJoCo's own compiler.
+
+    scene = rbd.load_mjcf("hopper.xml")                   # or an XML string
+    traj = rbd.simulate(*scene, dt=scene.dt, steps=500, controls=u)
+    traj.q                                                # (501, nq): MuJoCo's qpos
+
+Two body models read the same file:
+
+- joint coordinates (`coordinates="joints"`, `jaxrbd.bodies.Tree`): the state is
+  MuJoCo's qpos and qvel, kinematic trees hold their joints by construction, and
+  the model is built on the host with numpy, without compiling anything;
+- maximal coordinates (`coordinates="maximal"`, the default): every moving body
+  has its own centre of mass and quaternion, and the joints are equality rows of
+  the step (`SceneBuilder.add_joint`); `scene.to_mujoco_qpos` maps back.
+
+Needs the optional `mujoco` package (`pip install jaxrbd[mjcf]`).
+"""
+
+from ._common import _mujoco as _mujoco
+from ._common import _parse
+from ._maximal import MjcfLayout as MjcfLayout
+from ._maximal import MjcfScene as MjcfScene
+from ._maximal import load_maximal
+from ._tree import load_tree
+
+COORDINATES = ("maximal", "joints")
+
+
+def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=None, coordinates="maximal"):
+    """Load an MJCF model (a path or an XML string) as an `MjcfScene`, with MuJoCo's parser and compiler.
+
+    Args:
+        source: a path to an .xml file, or the XML itself as a string.
+        keyframe: None (MuJoCo's qpos0), or a `<key>` name or index: its qpos and qvel.
+        directions, friction, broadphase: as in `SceneBuilder`. In joint coordinates
+            a model with more than `BROADPHASE_ABOVE` self-collision body pairs gets
+            a broad phase by default (`jaxrbd.mjcf._tree`); pass one to override it.
+        coordinates: "maximal" or "joints".
+
+    In joint coordinates (`jaxrbd.bodies.Tree`):
+    - bodies, their offsets, masses, centres of mass and inertias are MuJoCo's;
+      joints (free, ball, hinge, slide, several per body in sequence) are the
+      coordinates: q = qpos, v = qvel, `to_mujoco_qpos` and `from_mujoco_qpos` are
+      identities;
+    - armature (in M), damping (implicit, as MuJoCo's Euler integrator), hinge and
+      slide springs about `springref`, and `range` of limited hinges and slides as
+      frictionless unilateral stops on the coordinate (their impulses at the end of
+      `traj.impulses.normal`, `scene.bodies.limit_rows()`);
+    - actuators with a joint transmission on hinges and slides, without activation
+      dynamics, with a fixed gain and an affine bias (motors, position and velocity
+      servos): force = gain clip(ctrl) + bias . (1, gear q, gear v), clipped to
+      forcerange, acting with gear on the joint; the controls in `scene.motors` order;
+    - contacts: geoms filtered as MuJoCo does (contype/conaffinity, `<exclude>`,
+      same body or welded, parent and child); friction per body pair by MuJoCo's
+      rule; plane, sphere, capsule, box and mesh (as its convex hull) geoms.
+    Refused by name: equality constraints, explicit `<pair>` contacts, limited ball
+    joints, other actuators, flexes, cylinder, ellipsoid and height-field geoms
+    that collide. Listed in one warning: tendons, sensors, frictionloss, stiffness
+    of ball and free joints, solref/solimp, margins, condim > 3 and fluid forces.
+
+    In maximal coordinates, see `jaxrbd.mjcf._maximal.load_maximal` for the mapping.
+
+    Returns:
+        an `MjcfScene` (unpacks to `(system, state)`), with `dt`, `motors`,
+        `to_mujoco_qpos`, `from_mujoco_qpos`, `to_mujoco_qvel` and `from_mujoco`.
+    """
+    if coordinates not in COORDINATES:
+        raise ValueError(f"load_mjcf: coordinates must be one of {COORDINATES}, got {coordinates!r}")
+    mujoco = _mujoco()
+    m = _parse(mujoco, source)
+    options = dict(keyframe=keyframe, directions=directions, friction=friction, broadphase=broadphase)
+    if coordinates == "maximal":
+        return load_maximal(m, **options)
+    system, state, tree, motors = load_tree(m, mujoco, **options)
+    return MjcfScene(system, state, tree, dt=float(m.opt.timestep), layout=None, motors=motors)
