@@ -285,6 +285,10 @@ def check_system(system, state):
     check_value("state.t", state.t, shape=())
     check_value("state.q", q)
     check_value("state.v", v)
+    if getattr(system.bodies, "shapes_by_construction", False):  # a `jaxrbd.bodies.Tree`: no tracing to check
+        check_value("system.mu", system.mu, nonnegative=True)
+        system.bodies.check(system.params, q)
+        return
     nc = system.mu.shape[-1]
     if system.collide is not None:
         nc = system.ncontacts(q)

@@ -6,7 +6,7 @@ is compiled while loading.
 
 import warnings
 
-import jax.numpy as jnp
+import jax
 import numpy as np
 
 from ..bodies import SceneBuilder
@@ -111,7 +111,7 @@ def load_tree(m, mujoco, *, keyframe, directions, friction, broadphase):
         force_range.append(m.actuator_forcerange[u] if m.actuator_forcelimited[u] else inf)
     actuator_params = None
     if actuators:
-        f = lambda x: jnp.asarray(np.array(x, float))
+        f = lambda x: jax.device_put(np.array(x, float))
         actuator_params = ActuatorParams(f(gear), f(gain), f(bias), f(ctrl_range), f(force_range))
 
     ignored = _ignored(m, mujoco, joint_name)
@@ -120,7 +120,7 @@ def load_tree(m, mujoco, *, keyframe, directions, friction, broadphase):
     )
     inertia = np.stack([_quat_matrix(m.body_iquat[i]) @ np.diag(m.body_inertia[i]) @ _quat_matrix(m.body_iquat[i]).T for i in range(1, m.nbody)])
     stiffness = np.where(np.isin(m.jnt_type, (HINGE, SLIDE)), m.jnt_stiffness, 0.0)
-    a = jnp.asarray
+    a = lambda x: jax.device_put(np.asarray(x, float))
     params = TreeParams(
         body_pos=a(np.array(m.body_pos[1:], float)),
         body_quat=a(np.array(m.body_quat[1:], float)),
@@ -157,7 +157,7 @@ def load_tree(m, mujoco, *, keyframe, directions, friction, broadphase):
     if ignored:
         warnings.warn("load_mjcf ignores these MJCF elements: " + "; ".join(ignored), stacklevel=3)
     system = tree.system(params, mu, restitution, directions, cone)
-    state = State(a(0.0), a(np.asarray(qpos, float)), a(np.asarray(qvel, float)))
+    state = State(a(0.0), a(qpos), a(qvel))
     del nb
     return system, state, tree, tuple(name for name, _ in actuators)
 
@@ -223,7 +223,7 @@ def _geometry(m, mujoco, data, body_name, geom_name, refuse, ignored, directions
     static = lambda g: m.body_weldid[m.geom_bodyid[g]] == 0
     moving = sorted({int(m.geom_bodyid[g]) for g in live if not static(g)})
     if not moving:
-        return None, (), {}, jnp.zeros(0), jnp.zeros(0), friction
+        return None, (), {}, jax.device_put(np.zeros(0)), jax.device_put(np.zeros(0)), friction
     if broadphase is None:
         broadphase = _default_broadphase(m, live, moving, collide)
     b = SceneBuilder(dim=3, directions=directions, friction=friction, broadphase=broadphase)
