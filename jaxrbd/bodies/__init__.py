@@ -24,3 +24,6 @@ from ._model import BodyModel as BodyModel
 from ._model import BodyParams as BodyParams
 from ._model import JointParams as JointParams
 from ._model import MotorParams as MotorParams
+from ._tree import ActuatorParams as ActuatorParams
+from ._tree import Tree as Tree
+from ._tree import TreeParams as TreeParams

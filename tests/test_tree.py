@@ -1,0 +1,252 @@
+"""Kinematic trees in joint coordinates (`load_mjcf(..., coordinates="joints")`) against MuJoCo's C engine.
+
+The kinematics, the mass matrix and the bias forces are compared with MuJoCo's own (`mj_forward`) on
+Gymnasium's four models and on trees that hypothesis generates; rollouts without contact are compared with
+MuJoCo's Euler integrator stepping the same file, which is the same semi-implicit Euler step (the damper
+implicit) as jaxrbd's: hinge and slide chains agree to round-off.
+"""
+
+import pathlib
+import re
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import jaxrbd as rbd
+from jaxrbd.bodies import _tree as tree_fns
+
+mujoco = pytest.importorskip("mujoco")
+
+DATA = pathlib.Path(__file__).parent / "data" / "gymnasium"
+MODELS = ("inverted_double_pendulum", "hopper", "ant", "humanoid")
+DYNAMICS_RTOL = 1e-11  # relative to the largest entry: M, the bias forces and the poses are MuJoCo's to round-off
+EULER_TOL = 1e-8  # the issue's bound on q after 100 steps without contact (hinge and slide chains)
+FD_RTOL = 1e-6  # gradient entries against central differences
+FD_EPS = 1e-6
+STEPS = 100
+
+
+def _load(source, **kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return rbd.load_mjcf(source, coordinates="joints", **kwargs)
+
+
+def _euler(xml):
+    m = mujoco.MjModel.from_xml_string(xml) if xml.lstrip().startswith("<") else mujoco.MjModel.from_xml_path(xml)
+    m.opt.integrator = mujoco.mjtIntegrator.mjINT_EULER
+    return m, mujoco.MjData(m)
+
+
+def _random_state(m, rng):
+    """A configuration (quaternions random, hinges and slides displaced) and a velocity, for MuJoCo's model m."""
+    qpos, qvel = m.qpos0.copy(), rng.normal(size=m.nv)
+    for j in range(m.njnt):
+        a, kind = m.jnt_qposadr[j], m.jnt_type[j]
+        if kind in (2, 3):
+            qpos[a] += rng.normal(scale=0.5)
+        else:
+            s = a + 3 if kind == 0 else a
+            quat = rng.normal(size=4)
+            qpos[s : s + 4] = quat / np.linalg.norm(quat)
+            if kind == 0:
+                qpos[a : a + 3] += rng.normal(size=3)
+    return qpos, qvel
+
+
+@jax.jit
+def _dynamics(system, q, v):
+    f = tree_fns.frames(system.bodies, q, system.params)
+    return (
+        f.x[:-1],
+        f.R[:-1],
+        tree_fns.mass_matrix(system.bodies, q, system.params, f),
+        tree_fns.bias_force(system.bodies, q, v, system.params, f),
+        tree_fns.velocity_map(system.bodies, q, v, system.params),
+    )
+
+
+def _check_dynamics(source, rng, states=3):
+    """Poses, M, the bias forces and dq/dt = G v at random states equal MuJoCo's."""
+    scene = _load(source)
+    m, d = _euler(source)
+    for _ in range(states):
+        qpos, qvel = _random_state(m, rng)
+        d.qpos[:], d.qvel[:] = qpos, qvel
+        mujoco.mj_forward(m, d)
+        x, R, M, bias, qdot = (np.asarray(a) for a in _dynamics(scene.system, jnp.asarray(qpos), jnp.asarray(qvel)))
+        M_mj = np.zeros((m.nv, m.nv))
+        mujoco.mj_fullM(m, d, M_mj)
+        scale = lambda a: DYNAMICS_RTOL * max(1.0, np.abs(a).max())
+        np.testing.assert_allclose(x, d.xpos[1:], rtol=0, atol=scale(d.xpos))
+        np.testing.assert_allclose(R.reshape(-1, 9), d.xmat[1:], rtol=0, atol=DYNAMICS_RTOL)
+        np.testing.assert_allclose(M, M_mj, rtol=0, atol=scale(M_mj))
+        np.testing.assert_allclose(-bias, d.qfrc_bias, rtol=0, atol=scale(d.qfrc_bias))
+        # dq/dt against MuJoCo's own position integration over a tiny step
+        eps = 1e-7
+        moved = qpos.copy()
+        mujoco.mj_integratePos(m, moved, qvel, eps)
+        np.testing.assert_allclose(qdot, (moved - qpos) / eps, rtol=0, atol=1e-5 * max(1.0, np.abs(qvel).max()))
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_the_gymnasium_trees_have_mujocos_kinematics_mass_matrix_and_bias_forces(name):
+    _check_dynamics(str(DATA / f"{name}.xml"), np.random.default_rng(0))
+
+
+# --- Generated trees ------------------------------------------------------------------------------
+
+_JOINTS = st.lists(st.sampled_from(["hinge", "slide", "ball"]), min_size=0, max_size=3)
+
+
+@st.composite
+def _trees(draw):
+    """The MJCF of a random tree: 1-5 bodies, each under a random earlier one, with 0-3 joints in sequence (a
+    free joint at the first root, sometimes; a ball joint last), random offsets, axes, anchors, masses and
+    inertias."""
+    n = draw(st.integers(1, 5))
+    vec = lambda lo=-0.5, hi=0.5: " ".join(f"{draw(st.floats(lo, hi)):.3f}" for _ in range(3))
+    parent = [-1] + [draw(st.integers(-1, i - 1)) for i in range(1, n)]
+    free = draw(st.booleans())
+    bodies = []
+    for i in range(n):
+        kinds = ["free"] if (i == 0 and free) else draw(_JOINTS)
+        if "ball" in kinds:  # MuJoCo allows no rotation after a ball joint on one body
+            kinds = [k for k in kinds if k != "ball"] + ["ball"]
+        joints = "".join(
+            f'<joint name="j{i}_{k}" type="{kind}" pos="{vec(-0.2, 0.2)}" axis="{vec(0.1, 1.0)}"/>'
+            if kind in ("hinge", "slide")
+            else f'<joint name="j{i}_{k}" type="{kind}"' + ("" if kind == "free" else f' pos="{vec(-0.2, 0.2)}"') + "/>"
+            for k, kind in enumerate(kinds)
+        )
+        mass = draw(st.floats(0.1, 3.0))
+        moments = sorted(draw(st.floats(0.01, 0.2)) for _ in range(3))
+        moments[2] = min(moments[2], 0.9 * (moments[0] + moments[1]))  # a rigid body's triangle inequality
+        inertial = (
+            f'<inertial pos="{vec(-0.1, 0.1)}" quat="{vec(-1, 1)} 1" mass="{mass:.3f}" '
+            f'diaginertia="{" ".join(f"{x:.4f}" for x in moments)}"/>'
+        )
+        bodies.append((parent[i], f'<body name="b{i}" pos="{vec()}" quat="1 {vec(-1, 1)}">{inertial}{joints}'))
+
+    def xml(i):
+        children = "".join(xml(k) for k in range(n) if parent[k] == i)
+        return bodies[i][1] + children + "</body>"
+
+    roots = "".join(xml(i) for i in range(n) if parent[i] < 0)
+    return f'<mujoco><option gravity="0.3 -1 -9.81"/><worldbody>{roots}</worldbody></mujoco>'
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(xml=_trees(), seed=st.integers(0, 2**31 - 1))
+def test_generated_trees_have_mujocos_kinematics_mass_matrix_and_bias_forces(xml, seed):
+    m = mujoco.MjModel.from_xml_string(xml)
+    if m.nv == 0:
+        return
+    _check_dynamics(xml, np.random.default_rng(seed), states=2)
+
+
+# --- Rollouts without contact ---------------------------------------------------------------------
+
+
+def _with_key(name, qpos):
+    xml = (DATA / f"{name}.xml").read_text()
+    key = " ".join(map(repr, qpos))
+    return xml.replace("</mujoco>", f'<keyframe><key name="start" qpos="{key}"/></keyframe></mujoco>')
+
+
+def _mujoco_rollout(xml, controls, keyframe=True):
+    """MuJoCo's qpos (steps + 1, nq) under Euler, and whether any constraint (contact or limit) was active."""
+    m, d = _euler(xml)
+    if keyframe:
+        mujoco.mj_resetDataKeyframe(m, d, 0)
+    qs, constrained = [d.qpos.copy()], False
+    for u in controls:
+        d.ctrl[:] = u
+        mujoco.mj_step(m, d)
+        constrained |= d.nefc > 0
+        qs.append(d.qpos.copy())
+    return np.array(qs), constrained
+
+
+@pytest.fixture(scope="module")
+def pendulum():
+    """Gymnasium's cart with a double pendulum, released off upright, and its jitted rollout of the controls."""
+    xml = _with_key("inverted_double_pendulum", [0.1, 0.3, -0.2])
+    scene = _load(xml, keyframe="start")
+    run = jax.jit(lambda system, u: rbd.simulate(system, scene.state, dt=scene.dt, steps=STEPS, controls=u))
+    return xml, scene, run
+
+
+def test_the_double_pendulum_steps_as_mujocos_euler_integrator(pendulum):
+    """Random controls, 100 steps, no limit reached: q equals MuJoCo's qpos to 1e-8; every step converged."""
+    xml, scene, run = pendulum
+    u = np.random.default_rng(1).uniform(-0.3, 0.3, size=(STEPS, 1))
+    traj = run(scene.system, jnp.asarray(u))
+    theirs, constrained = _mujoco_rollout(xml, u)
+    assert not constrained
+    assert bool(traj.stats.converged.all())
+    np.testing.assert_allclose(np.asarray(traj.q), theirs, rtol=0, atol=EULER_TOL)
+    assert scene.to_mujoco_qpos(traj.q) is not None and np.array_equal(scene.to_mujoco_qpos(traj.q), traj.q)
+    assert scene.system.constraints is None  # tree joints are coordinates, not equality rows
+
+
+def test_the_double_pendulums_control_gradient_equals_central_differences(pendulum):
+    """d (final cart and pole angles) / d controls at three steps, against central differences."""
+    _, scene, run = pendulum
+    u0 = jnp.asarray(np.random.default_rng(2).uniform(-0.3, 0.3, size=(STEPS, 1)))
+    weights = jnp.array([1.0, 0.5, -0.7])
+    loss = lambda u: weights @ run(scene.system, u).q[-1]
+    grad = jax.jit(jax.grad(loss))(u0)
+    for k in (0, STEPS // 2, STEPS - 5):
+        e = jnp.zeros_like(u0).at[k, 0].set(FD_EPS)
+        fd = (loss(u0 + e) - loss(u0 - e)) / (2 * FD_EPS)
+        np.testing.assert_allclose(float(grad[k, 0]), float(fd), rtol=FD_RTOL, atol=1e-12)
+    assert np.all(np.isfinite(np.asarray(grad)))
+
+
+def test_the_cart_stops_rigidly_at_its_range(pendulum):
+    """The slider pushed against its upper stop (range +-1 m) by a constant force comes to rest on it: the stop's
+    impulse carries the push, and the cart never passes the stop."""
+    _, scene, run = pendulum
+    traj = run(scene.system, jnp.ones((STEPS, 1)))
+    x = np.asarray(traj.q[:, 0])
+    (upper,) = [k for name, side, k in scene.bodies.limit_rows() if name == "slider" and side == "upper"]
+    hits = np.flatnonzero(np.asarray(traj.impulses.normal)[:, upper] > 0)
+    assert hits.size and x.max() <= 1.0 + 1e-9
+    np.testing.assert_allclose(x[hits[0] + 2 :], 1.0, rtol=0, atol=1e-9)
+    assert bool(traj.stats.converged.all())
+
+
+def test_the_hopper_lifted_clear_of_the_floor_steps_as_mujocos_euler_integrator():
+    """The hopper 2 m up, its hinges mid-range, small random controls: no contact and no stop in MuJoCo, and
+    q equals MuJoCo's qpos to 1e-8 after 100 steps."""
+    xml = _with_key("hopper", [0.0, 3.25, 0.1, -1.2, -1.0, 0.2])
+    scene = _load(xml, keyframe="start")
+    u = np.random.default_rng(3).uniform(-0.05, 0.05, size=(STEPS, 3))
+    traj = jax.jit(lambda u: rbd.simulate(*scene, dt=scene.dt, steps=STEPS, controls=u))(jnp.asarray(u))
+    theirs, constrained = _mujoco_rollout(xml, u)
+    assert not constrained
+    assert bool(traj.stats.converged.all())
+    np.testing.assert_allclose(np.asarray(traj.q), theirs, rtol=0, atol=EULER_TOL)
+
+
+# --- Loading --------------------------------------------------------------------------------------
+
+
+def test_a_tree_loads_with_mujocos_state_and_names_what_it_refuses():
+    scene = _load(str(DATA / "ant.xml"))
+    m = mujoco.MjModel.from_xml_path(str(DATA / "ant.xml"))
+    assert isinstance(scene.bodies, rbd.bodies.Tree) and scene.joint_coordinates
+    np.testing.assert_array_equal(np.asarray(scene.state.q), m.qpos0)
+    assert scene.state.v.shape == (m.nv,) and len(scene.motors) == m.nu
+    assert np.array_equal(scene.from_mujoco_qpos(m.qpos0), m.qpos0)
+    with pytest.raises(ValueError, match="coordinates must be one of"):
+        rbd.load_mjcf(str(DATA / "ant.xml"), coordinates="joint")
+    closed = re.sub(r"</worldbody>", "</worldbody><equality><connect body1='torso' body2='world' anchor='0 0 0'/></equality>", (DATA / "ant.xml").read_text())
+    with pytest.raises(NotImplementedError, match="equality constraints"):
+        _load(closed)
