@@ -53,6 +53,9 @@ class Contacts(eqx.Module):
         nv: static number of velocity coordinates.
         tangents: static number of tangent directions (1: t, 2: t and o).
         torsion: static, whether the torsional row J_r exists.
+        frictional: (nc,) bool, the contacts that have friction rows in the step; the
+            others (joint-range stops, MJCF pairs of condim 1) are frictionless, their
+            friction unknowns fixed at zero. None: every contact.
         limits: static number of joint-range stops at the end of the record
             (`jaxrbd.bodies.BodyModel.limit_rows`): frictionless rows (mu = 0, zero
             friction rows) whose gap is the distance of a joint coordinate to its
@@ -73,6 +76,7 @@ class Contacts(eqx.Module):
     normal: jax.Array | None = None
     tangent: jax.Array | None = None
     bitangent: jax.Array | None = None
+    frictional: jax.Array | None = None
     nv: int = eqx.field(static=True, default=0)
     tangents: int = eqx.field(static=True, default=2)
     torsion: bool = eqx.field(static=True, default=False)

@@ -401,6 +401,7 @@ class BodyModel:
             tangent=cat([record["tangent"], t]),
             bitangent=cat([record["bitangent"], o]),
             overflow=record["overflow"],
+            frictional=np.concatenate([np.ones(len(record["gap"]), bool), np.zeros(nl, bool)]),
         )
 
     def _joint_kinematics(self, q, params):

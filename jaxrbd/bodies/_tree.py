@@ -129,6 +129,8 @@ class Tree:
             contacts in the record, as for `BodyModel`.
         actuators: ((name, joint index), ...): the order of the controls u.
         damped: whether some degree of freedom has a damper (`system.passive`).
+        frictionless: the geometry's candidate contacts without friction (MuJoCo's
+            condim 1): no friction rows in the step (`Contacts.frictional`).
     """
 
     names: tuple
@@ -141,6 +143,7 @@ class Tree:
     limits: tuple = ()
     actuators: tuple = ()
     damped: bool = False
+    frictionless: tuple = ()
 
     # What the rest of jaxrbd asks of a body model.
     dim = 3
@@ -633,6 +636,9 @@ def contacts(tree, q, params, mu=None, restitution=None):
         geo["rows"] = jnp.einsum("crk,ckv->crv", blocks[:, 0], J[geo["body_a"]]) + jnp.einsum(
             "crk,ckv->crv", blocks[:, 1], J[geo["body_b"]]
         )
+        table = np.ones(len(g.pair_names), bool)
+        table[list(tree.frictionless)] = False
+        geo["frictional"] = jnp.asarray(table)[geo["index"]] if g.dynamic else table[geo["index"]]
     else:
         geo = _no_contacts(dtype, tree.nv)
     if nl:
@@ -656,6 +662,7 @@ def _no_contacts(dtype, nv):
         tangent=zeros(0, 3),
         bitangent=zeros(0, 3),
         overflow=jnp.zeros((), jnp.int32),
+        frictional=np.zeros(0, bool),
     )
 
 
@@ -689,6 +696,7 @@ def _append_stops(tree, record, q, params):
         tangent=cat([record["tangent"], zeros3]),
         bitangent=cat([record["bitangent"], zeros3]),
         overflow=record["overflow"],
+        frictional=join(record["frictional"], np.zeros(nl, bool)),
     )
 
 

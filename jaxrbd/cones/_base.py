@@ -47,13 +47,16 @@ class Cone(eqx.Module):
         """The length of z for nc contacts and ng joint rows."""
 
     @abc.abstractmethod
-    def build(self, M, N, T, mu, b, *, bn=None, active=None, J=None, bj=None):
+    def build(self, M, N, T, mu, b, *, bn=None, active=None, J=None, bj=None, frictional=None):
         """The step problem.
 
         Args:
             M: (nv, nv) mass matrix.
             N: (nv, nc) normals.
             T: (nc, dim, nv) the friction rows of each contact.
+            frictional: (nc,) bool or None: the contacts with friction
+            (`Contacts.frictional`); the polyhedral cone decouples the others'
+            friction unknowns at zero, the smooth cones read friction from mu alone.
             mu: (nc,) friction coefficients.
             b: (nv,) free velocity.
             bn: (nc,) offsets of the normal rows; active: (nc,) bool, the contacts in

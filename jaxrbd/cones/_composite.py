@@ -170,7 +170,7 @@ class PerContactCone(Cone):
     def size(self, nc, ng):
         return self._layout(nc, ng).size
 
-    def build(self, M, N, T, mu, b, *, bn=None, active=None, J=None, bj=None):
+    def build(self, M, N, T, mu, b, *, bn=None, active=None, J=None, bj=None, frictional=None):
         """The mixed NCP of one step; the arguments are those of the single cones' `build`."""
         nc, d, nv = T.shape
         dtype = T.dtype

@@ -124,6 +124,7 @@ class PolyhedralProblem(eqx.Module):
     U: jax.Array
     scale: jax.Array
     T: jax.Array
+    rubbing: tuple = eqx.field(static=True, default=None)  # the contacts with friction unknowns; None: all
 
     @property
     def problem(self):
@@ -142,8 +143,14 @@ class PolyhedralProblem(eqx.Module):
 
     def friction(self, z):
         """(nc, d) the friction impulses in contact coordinates (t, o[, r])."""
-        beta = self.friction_lcp.split(z)[1].reshape(self.T.shape[0], self.U.shape[0])
-        return (beta @ self.U) * self.scale
+        nc, k = self.T.shape[0], self.U.shape[0]
+        if self.rubbing is None:
+            beta = self.friction_lcp.split(z)[1].reshape(nc, k)
+            return (beta @ self.U) * self.scale
+        beta = self.friction_lcp.split(z)[1].reshape(len(self.rubbing), k)
+        rubbing = np.array(self.rubbing, int)
+        out = jnp.zeros((nc, self.U.shape[1]), beta.dtype)
+        return out.at[rubbing].set((beta @ self.U) * self.scale[rubbing])
 
     def joint(self, z):
         return self.friction_lcp.joint(z)
@@ -174,14 +181,19 @@ class PolyhedralCone(Cone):
             positively span the friction space.
         e_t, e_o, e_r: positive scales (scalars or one per contact) of the
             anisotropic cone; e_r only with d = 3.
+        frictionless: indices of contacts without friction (joint-range stops,
+            MJCF pairs of condim 1): they get a normal row and no friction unknowns,
+            so the step problem is smaller. The indices are of the system's contact
+            record; `load_mjcf(coordinates="joints")` sets them.
     """
 
     directions: _Frozen = eqx.field(static=True)
     e_t: jax.Array
     e_o: jax.Array
     e_r: jax.Array
+    frictionless: tuple = eqx.field(static=True, default=())
 
-    def __init__(self, k=8, *, directions=None, e_t=1.0, e_o=1.0, e_r=1.0):
+    def __init__(self, k=8, *, directions=None, e_t=1.0, e_o=1.0, e_r=1.0, frictionless=()):
         if directions is None:
             if np.ndim(k) > 0:
                 raise TypeError(
@@ -206,6 +218,10 @@ class PolyhedralCone(Cone):
         self.e_t = check_scale("e_t", e_t)
         self.e_o = check_scale("e_o", e_o)
         self.e_r = check_scale("e_r", e_r)
+        frictionless = tuple(sorted({int(i) for i in frictionless}))
+        if frictionless and frictionless[0] < 0:
+            raise ValueError(f"PolyhedralCone: frictionless must hold contact indices >= 0, got {frictionless}")
+        self.frictionless = frictionless
 
     @property
     def U(self):
@@ -222,7 +238,15 @@ class PolyhedralCone(Cone):
 
     def size(self, nc, ng):
         """The length of z for nc contacts and ng joint rows."""
-        return ng + nc * (self.k + 2)
+        return ng + 2 * nc + self.k * len(self._rubbing(nc))
+
+    def _rubbing(self, nc):
+        """The contacts (of nc) with friction unknowns."""
+        if self.frictionless and self.frictionless[-1] >= nc:
+            raise ValueError(
+                f"PolyhedralCone: frictionless contact {self.frictionless[-1]} is out of range for {nc} contacts"
+            )
+        return tuple(sorted(set(range(nc)) - set(self.frictionless)))
 
     @property
     def regular(self):
@@ -249,6 +273,8 @@ class PolyhedralCone(Cone):
         """
         if self.dim != 2:
             raise ValueError(f"contact_maps needs a cone in (t, o), got {self.dim} friction components")
+        if self.frictionless:
+            raise ValueError("contact_maps needs every contact with friction unknowns (frictionless=())")
         nc, k, dtype = mu.shape[0], self.k, mu.dtype
         S = self.scaled_directions(nc, dtype)
         K = jnp.zeros((nc, 3, k + 2), dtype)
@@ -261,20 +287,30 @@ class PolyhedralCone(Cone):
         L = L.at[:, k + 1, 1 : k + 1].set(-1.0)
         return K, L
 
-    def build(self, M, N, T, mu, b, *, bn=None, active=None, J=None, bj=None):
+    def build(self, M, N, T, mu, b, *, bn=None, active=None, J=None, bj=None, frictional=None):
         """The step problem from the contact rows; see `jaxrbd.friction_lcp` for the arguments.
 
-        T: (nc, d, nv) the rows t, o (, r) of each contact; active: (nc,) bool.
+        T: (nc, d, nv) the rows t, o (, r) of each contact; active: (nc,) bool;
+        frictional: (nc,) bool or None, the contacts whose friction rows (beta and
+        lam) are in the problem: the others' are decoupled at zero, which removes
+        the non-unique lam of a contact without friction (a joint's range stop).
         """
         nc, d = T.shape[0], self.dim
         scale = contact_scale((self.e_t, self.e_o, self.e_r)[:d], nc, T.dtype)
         U = jnp.asarray(self.U, T.dtype)
-        D = jnp.einsum("kd,cd,cdv->vck", U, scale, T).reshape(T.shape[-1], nc * self.k)
+        rubbing = self._rubbing(nc)
+        idx = np.array(rubbing, int)
+        D = jnp.einsum("kd,cd,cdv->vck", U, scale[idx], T[idx]).reshape(T.shape[-1], len(rubbing) * self.k)
         mask = None
-        if active is not None:
-            mask = jnp.concatenate([active, jnp.repeat(active, self.k), active])
-        lcp = friction_lcp(M, N, D, mu, (self.k,) * nc, b, bn=bn, row_active=mask, J=J, bj=bj)
-        return PolyhedralProblem(lcp, U, scale, T)
+        if active is not None or frictional is not None or self.frictionless:
+            on = jnp.ones((nc,), bool) if active is None else active
+            rub = on if frictional is None else on & frictional
+            if self.frictionless:
+                rub = rub & jnp.asarray(np.isin(np.arange(nc), idx))
+            mask = jnp.concatenate([on, jnp.repeat(rub[idx], self.k), rub])
+        counts = tuple(self.k if i in set(rubbing) else 0 for i in range(nc))
+        lcp = friction_lcp(M, N, D, mu, counts, b, bn=bn, row_active=mask, J=J, bj=bj)
+        return PolyhedralProblem(lcp, U, scale, T, None if not self.frictionless else rubbing)
 
 
 def PlanarCone():

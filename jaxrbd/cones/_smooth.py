@@ -131,7 +131,7 @@ class _SmoothCone(Cone):
 
     torsion_box = False
 
-    def build(self, M, N, T, mu, b, *, bn=None, active=None, J=None, bj=None):
+    def build(self, M, N, T, mu, b, *, bn=None, active=None, J=None, bj=None, frictional=None):
         """The mixed NCP of one step from the contact rows (see the module docstring).
 
         Args:

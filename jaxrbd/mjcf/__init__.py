@@ -26,15 +26,18 @@ from ._tree import load_tree
 COORDINATES = ("maximal", "joints")
 
 
-def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=None, coordinates="maximal"):
+def load_mjcf(source, *, keyframe=None, directions=None, friction=None, broadphase=None, coordinates="maximal"):
     """Load an MJCF model (a path or an XML string) as an `MjcfScene`, with MuJoCo's parser and compiler.
 
     Args:
         source: a path to an .xml file, or the XML itself as a string.
         keyframe: None (MuJoCo's qpos0), or a `<key>` name or index: its qpos and qvel.
-        directions, friction, broadphase: as in `SceneBuilder`. In joint coordinates
-            a model with more than `BROADPHASE_ABOVE` self-collision body pairs gets
-            a broad phase by default (`jaxrbd.mjcf._tree`); pass one to override it.
+        directions, friction, broadphase: as in `SceneBuilder`. directions defaults
+            to 8 in maximal coordinates and to 4 in joint coordinates (the edges of
+            MuJoCo's default pyramidal cone), where the default cone also has no
+            friction unknowns on the range stops and on pairs of condim 1. In joint
+            coordinates a model with more than `BROADPHASE_ABOVE` self-collision body
+            pairs gets a broad phase by default; pass one to override it.
         coordinates: "maximal" or "joints".
 
     In joint coordinates (`jaxrbd.bodies.Tree`):
@@ -68,8 +71,9 @@ def load_mjcf(source, *, keyframe=None, directions=8, friction=None, broadphase=
         raise ValueError(f"load_mjcf: coordinates must be one of {COORDINATES}, got {coordinates!r}")
     mujoco = _mujoco()
     m = _parse(mujoco, source)
-    options = dict(keyframe=keyframe, directions=directions, friction=friction, broadphase=broadphase)
+    options = dict(keyframe=keyframe, friction=friction, broadphase=broadphase)
     if coordinates == "maximal":
-        return load_maximal(m, **options)
+        return load_maximal(m, directions=8 if directions is None else directions, **options)
+    options["directions"] = 4 if directions is None else directions
     system, state, tree, motors = load_tree(m, mujoco, **options)
     return MjcfScene(system, state, tree, dt=float(m.opt.timestep), layout=None, motors=motors)

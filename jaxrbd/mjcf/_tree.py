@@ -10,6 +10,7 @@ import jax
 import numpy as np
 
 from ..bodies import SceneBuilder
+from ..cones import PolyhedralCone
 from ..bodies._tree import JOINT_DOFS, ActuatorParams, Tree, TreeParams
 from ..model import State
 from ._common import (
@@ -115,7 +116,7 @@ def load_tree(m, mujoco, *, keyframe, directions, friction, broadphase):
         actuator_params = ActuatorParams(f(gear), f(gain), f(bias), f(ctrl_range), f(force_range))
 
     ignored = _ignored(m, mujoco, joint_name)
-    geometry, geometry_bodies, shapes, mu, restitution, cone = _geometry(
+    geometry, geometry_bodies, shapes, mu, restitution, cone, frictionless = _geometry(
         m, mujoco, data, body_name, geom_name, refuse, ignored, directions, friction, broadphase
     )
     inertia = np.stack([_quat_matrix(m.body_iquat[i]) @ np.diag(m.body_inertia[i]) @ _quat_matrix(m.body_iquat[i]).T for i in range(1, m.nbody)])
@@ -153,9 +154,17 @@ def load_tree(m, mujoco, *, keyframe, directions, friction, broadphase):
         limits=limits,
         actuators=tuple(actuators),
         damped=bool(np.any(m.dof_damping != 0)),
+        frictionless=frictionless,
     )
     if ignored:
         warnings.warn("load_mjcf ignores these MJCF elements: " + "; ".join(ignored), stacklevel=3)
+    if friction is None:  # MuJoCo's pyramid; no friction unknowns on the stops and the pairs of condim 1
+        geometry_size = 0 if geometry is None else len(geometry.pair_names)
+        record_size = geometry_size
+        if geometry is not None and geometry.dynamic:
+            record_size = sum((len(g.index_a) if g.slots is None else g.slots) * g.capacity for g in geometry.groups)
+        fixed = frictionless if record_size == geometry_size else ()
+        cone = PolyhedralCone(directions, frictionless=fixed + tuple(record_size + k for k in range(len(limits))))
     system = tree.system(params, mu, restitution, directions, cone)
     state = State(a(0.0), a(qpos), a(qvel))
     del nb
@@ -189,7 +198,8 @@ def _ignored(m, mujoco, joint_name):
 
 
 def _geometry(m, mujoco, data, body_name, geom_name, refuse, ignored, directions, friction, broadphase):
-    """The contact geometry: (BodyModel or None, tree body of each of its bodies, shapes, mu, restitution, cone).
+    """The contact geometry: (BodyModel or None, tree body of each of its bodies, shapes, mu, restitution, cone,
+    the candidate contacts without friction: MuJoCo's condim 1).
 
     Each MuJoCo body not welded to the world that carries a colliding geom is a
     body of the geometry, its shapes posed in the body frame; geoms of bodies
@@ -223,7 +233,7 @@ def _geometry(m, mujoco, data, body_name, geom_name, refuse, ignored, directions
     static = lambda g: m.body_weldid[m.geom_bodyid[g]] == 0
     moving = sorted({int(m.geom_bodyid[g]) for g in live if not static(g)})
     if not moving:
-        return None, (), {}, jax.device_put(np.zeros(0)), jax.device_put(np.zeros(0)), friction
+        return None, (), {}, jax.device_put(np.zeros(0)), jax.device_put(np.zeros(0)), friction, ()
     if broadphase is None:
         broadphase = _default_broadphase(m, live, moving, collide)
     b = SceneBuilder(dim=3, directions=directions, friction=friction, broadphase=broadphase)
@@ -247,7 +257,7 @@ def _geometry(m, mujoco, data, body_name, geom_name, refuse, ignored, directions
         shapes = [_shape(m, g, np.array(m.geom_pos[g]), np.array(m.geom_quat[g])) for g in geoms]
         b.add_body(body_name(i), *shapes, mass=1.0, inertia=1.0, position=(0.0, 0.0, 0.0))
         owner.update({g: body_name(i) for g in geoms})
-    pairs = {}
+    pairs, frictionless = {}, set()
     for g1 in owner:
         for g2 in owner:
             if g1 < g2 and owner[g1] != owner[g2] and not (static(g1) and static(g2)):
@@ -267,8 +277,11 @@ def _geometry(m, mujoco, data, body_name, geom_name, refuse, ignored, directions
         if len(mus) > 1:
             refuse(f"{sorted(key)}: their geom pairs have different friction {sorted(mus)}; jaxrbd's mu is per body pair")
         b.set_pair(*sorted(key), mu=mus.pop())
+        if all(max(m.geom_condim[g1], m.geom_condim[g2]) == 1 for g1, g2 in geom_pairs):
+            frictionless.add(key)
     model, params, mu, restitution, cone = b.build_model()
-    return model, tuple(i - 1 for i in moving), params.shapes, mu, restitution, cone
+    frictionless = tuple(i for i, pair in enumerate(model.pair_names) if frozenset(pair) in frictionless)
+    return model, tuple(i - 1 for i in moving), params.shapes, mu, restitution, cone, frictionless
 
 
 def _default_broadphase(m, live, moving, collide):

@@ -15,4 +15,5 @@ def step_problem(cone, contacts, M, J, b, **kwargs):
 
     kwargs: `bn` (normal-row offsets) and `active` (the contacts in the problem).
     """
-    return cone.build(M, contacts.J_n.T, contacts.friction_rows(cone.dim), contacts.mu, b, J=J.T, **kwargs)
+    T = contacts.friction_rows(cone.dim)
+    return cone.build(M, contacts.J_n.T, T, contacts.mu, b, J=J.T, frictional=contacts.frictional, **kwargs)
