@@ -1,10 +1,10 @@
-"""MJCF import: a MuJoCo model file as a jaxrbd `Scene`, parsed by MuJoCo's own compiler.
+"""MJCF in maximal coordinates (`load_mjcf(coordinates="maximal")`): a body per moving MuJoCo body, joints as rows.
 
-    scene = rbd.load_mjcf("cube.xml")                     # or an XML string
+    scene = rbd.load_mjcf("cube.xml", coordinates="maximal")
     traj = rbd.simulate(*scene, dt=scene.dt, steps=200)
     qpos = scene.to_mujoco_qpos(traj.q)                   # (201, nq) MuJoCo's coordinates
 
-MuJoCo works in joint coordinates; jaxrbd in maximal coordinates (per moving body
+MuJoCo works in joint coordinates; this model in maximal coordinates (per moving body
 its centre of mass and a unit quaternion wxyz, the convention MuJoCo uses too) with
 joints as equality rows. Each MuJoCo body with one free, ball, hinge or slide joint
 becomes a jaxrbd body whose origin is MuJoCo's centre of mass (`body_ipos`) and
@@ -13,7 +13,7 @@ them (R(iquat) diag(body_inertia) R(iquat)^T). A body with no joint is welded to
 parent, as in MuJoCo (`body_weldid`): under the world it is static geometry, one static
 shape per geom; under a moving body it is part of that rigid body, whose mass, centre of
 mass and inertia are then the weld group's. The mapping of everything else is in
-`load_mjcf`'s docstring; needs the optional `mujoco` package (`pip install jaxrbd[mjcf]`).
+`load_maximal`'s docstring.
 """
 
 import dataclasses
@@ -353,7 +353,7 @@ def load_maximal(m, *, keyframe=None, directions=8, friction=None, broadphase=No
     mujoco = _mujoco()
     obj = mujoco.mjtObj
     body_name = lambda i: _name(m, mujoco, obj.mjOBJ_BODY, i, "body")
-    geom_name = lambda g: _name(m, mujoco, obj.mjOBJGEOM_KINDS, g, "geom")
+    geom_name = lambda g: _name(m, mujoco, obj.mjOBJ_GEOM, g, "geom")
     joint_name = lambda j: _name(m, mujoco, obj.mjOBJ_JOINT, j, "joint")
 
     def refuse(what):
