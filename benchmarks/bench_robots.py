@@ -12,8 +12,9 @@ start pose, with controls drawn once uniformly in the actuators' ranges (seed 0)
 - steps/s of one environment (the median of repeated calls) and env-steps/s of a `vmap` batch of `--batch`
   environments over `--batch-seconds`, with the share of steps that converged;
 - grad/fwd: the time of the gradient of the final state with respect to every control over the forward;
-- the same file in MuJoCo's C engine (`mj_step` from Python, its own integrator) and in MJX (default settings,
-  one environment and the batch), and jaxrbd's ratios to them.
+- the same file in MuJoCo's C engine (`mj_step` from Python, its own integrator and solver) and in MJX (default
+  settings, one environment and the batch; the humanoid's PGS solver, which MJX lacks, replaced by MJX's
+  default Newton), and jaxrbd's ratios to them.
 
 float64 unless `--float32`.
 """
@@ -130,6 +131,8 @@ def mujoco_row(name, seconds, batch, batch_seconds, mjx, dtype):
     import jax.numpy as jnp
     from mujoco import mjx as mjx_module
 
+    if m.opt.solver == mujoco.mjtSolver.mjSOL_PGS:  # the humanoid's file; MJX has no PGS, its default is Newton
+        m.opt.solver = mujoco.mjtSolver.mjSOL_NEWTON
     mx = mjx_module.put_model(m)
     d0 = mjx_module.make_data(mx)
     if m.nkey:

@@ -195,7 +195,7 @@ BALL_PENDULUM = """<mujoco model="ball pendulum">
 def _ball_pendulum_centres(xml, steps):
     """(jaxrbd's, MuJoCo's) centre of mass of the link at every step from the keyframe, each at the file's step."""
     with pytest.warns(UserWarning, match="geoms that collide with nothing"):
-        scene = rbd.load_mjcf(xml, keyframe="spin")
+        scene = rbd.load_mjcf(xml, keyframe="spin", coordinates="maximal")
     traj = rbd.simulate(*scene, dt=scene.dt, steps=steps)
     assert bool(traj.stats.converged.all()) and float(traj.stats.residual.max()) <= 1e-8
     return np.asarray(traj.q)[:, :3], _mujoco_positions(xml, steps)[:, 0]
@@ -222,7 +222,7 @@ def test_mjcf_ball_joint_damping_and_armature_move_like_mujoco():
 def _beside_mujoco(xml, steps, keyframe=None, controls=None):
     """(jaxrbd's joint coordinates, MuJoCo's qpos) at every step of `steps` from qpos0 or the keyframe, each at the
     file's timestep, driven by the controls (steps, nu) if given; asserts that every step of jaxrbd's converged."""
-    scene = rbd.load_mjcf(xml, keyframe=keyframe)
+    scene = rbd.load_mjcf(xml, keyframe=keyframe, coordinates="maximal")
     traj = rbd.simulate(*scene, dt=scene.dt, steps=steps, controls=controls)
     assert bool(traj.stats.converged.all()) and float(traj.stats.residual.max()) <= 1e-8
     ours = np.asarray(jax.vmap(lambda q: scene.bodies.joint_coordinates(q, scene.system.params)[0])(traj.q))
@@ -267,7 +267,7 @@ def test_mjcf_stiffness_springref_damping_and_armature_move_like_mujoco():
     on a slide (50 N/m about 0.1 m, damping 2, armature 0.2), from rest at qpos0, beside MuJoCo's Euler
     integrator (implicit in the damping too) at the same step over 1 s. The slide's equations are the same discrete ones, and agree to round-off; the
     hinge's angle agrees to first order, within h = 1e-3 of its swing (its rotation is integrated differently)."""
-    jp = rbd.load_mjcf(PENDULUM).system.params.joints
+    jp = rbd.load_mjcf(PENDULUM, coordinates="maximal").system.params.joints
     np.testing.assert_allclose(np.asarray(jp.rest), [np.radians(30.0), 0.1], rtol=1e-12)
     np.testing.assert_allclose(np.asarray(jp.armature), [0.01, 0.2], rtol=1e-12)
     ours, theirs = _beside_mujoco(PENDULUM, 1000)
@@ -376,7 +376,7 @@ def test_mjcf_motor_ctrlrange_and_forcerange_clip_like_mujoco():
     far more, so the clipping is what is compared."""
     limits = 'ctrllimited="true" ctrlrange="-1 1" forcelimited="true" forcerange="-0.6 0.8"'
     xml = DRIVEN.format(limits=limits)
-    mp = rbd.load_mjcf(xml).system.params.motors
+    mp = rbd.load_mjcf(xml, coordinates="maximal").system.params.motors
     np.testing.assert_allclose(np.asarray(mp.ctrl_range), [[-1, 1], [-1, 1]], rtol=1e-12)
     np.testing.assert_allclose(np.asarray(mp.force_range), [[-1.2, 1.6], [-1.8, 2.4]], rtol=1e-12)
     t = 1e-3 * np.arange(1000)
@@ -428,7 +428,7 @@ def _twisted_centres(h, driven):
     if not driven:
         return None, np.array(theirs)
     with pytest.warns(UserWarning, match="geoms that collide with nothing"):
-        scene = rbd.load_mjcf(xml)
+        scene = rbd.load_mjcf(xml, coordinates="maximal")
     mp = scene.system.params.motors
     np.testing.assert_allclose(np.asarray(mp.direction), [[0.3, -0.2, 0.5]], rtol=1e-12)
     np.testing.assert_allclose(np.asarray(mp.force_range), [[-0.8, 0.6]], rtol=1e-12)
@@ -585,7 +585,7 @@ def test_mjcf_free_joint_damping_moves_like_mujoco():
         steps = round(0.5 / h)
         xml = FREE_BOX.format(h=h, d=2.0)
         with pytest.warns(UserWarning, match="geoms that collide with nothing"):
-            scene = rbd.load_mjcf(xml, keyframe="throw")
+            scene = rbd.load_mjcf(xml, keyframe="throw", coordinates="maximal")
         assert float(scene.system.params.body_damping[0]) == 2.0
         traj = rbd.simulate(*scene, dt=scene.dt, steps=steps)
         bare = eqx.tree_at(lambda s: s.params.body_damping, scene.system, jnp.zeros(1))

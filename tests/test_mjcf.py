@@ -38,7 +38,7 @@ _rollout = jax.jit(lambda system, state, dt: rbd.simulate(system, state, dt=dt, 
 
 
 def test_box_on_plane_equals_the_hand_built_scene():
-    scene = rbd.load_mjcf(BOX_XML)
+    scene = rbd.load_mjcf(BOX_XML, coordinates="maximal")
     b = rbd.SceneBuilder(mu=0.6)  # MuJoCo's rule: the larger of 0.3 and 0.6
     b.add_static("floor", rbd.Plane())
     quat = np.array([0.96, 0.1, 0.2, 0.15]) / np.linalg.norm([0.96, 0.1, 0.2, 0.15])
@@ -87,7 +87,7 @@ def test_free_flight_agrees_with_mujoco():
     (h |w|)^3 / 12 per step (to leading order).
     """
     steps = STEPS
-    scene = rbd.load_mjcf(CUBE_XML, keyframe="thrown")
+    scene = rbd.load_mjcf(CUBE_XML, keyframe="thrown", coordinates="maximal")
     traj = _rollout(*scene, scene.dt)
     m = mujoco.MjModel.from_xml_string(CUBE_XML)
     d = mujoco.MjData(m)
@@ -126,7 +126,7 @@ PENDULUM_XML = """
 def _pendulum_error(dt, duration=1.0):
     """max |theta_jaxrbd - theta_mujoco| over `duration` of a frictionless swing (amplitude 0.6 rad)."""
     xml = PENDULUM_XML.format(dt=dt)
-    scene = rbd.load_mjcf(xml, keyframe="start")
+    scene = rbd.load_mjcf(xml, keyframe="start", coordinates="maximal")
     steps = round(duration / dt)
     traj = rbd.simulate(*scene, dt=dt, steps=steps)
     m = mujoco.MjModel.from_xml_string(xml)
@@ -193,7 +193,7 @@ def test_state_maps_round_trip_and_match_mujoco_kinematics():
     d = mujoco.MjData(m)
     mujoco.mj_resetDataKeyframe(m, d, 0)
     mujoco.mj_forward(m, d)
-    scene = rbd.load_mjcf(CHAIN_XML, keyframe="k")
+    scene = rbd.load_mjcf(CHAIN_XML, keyframe="k", coordinates="maximal")
     q, v = scene.state.q, scene.state.v
     np.testing.assert_allclose(scene.bodies.positions(q), d.xipos[1:], atol=SAME_TOL)
     np.testing.assert_allclose(scene.bodies.orientations(q), d.xquat[1:], atol=SAME_TOL)
@@ -233,7 +233,7 @@ FILTER_XML = """
 def test_contype_conaffinity_and_exclude_are_respected():
     m = mujoco.MjModel.from_xml_string(FILTER_XML)
     d = mujoco.MjData(m)
-    scene = rbd.load_mjcf(FILTER_XML)
+    scene = rbd.load_mjcf(FILTER_XML, coordinates="maximal")
     pairs = {frozenset(p) for p in scene.bodies.pair_names}
     # What MuJoCo's filter says, pair by pair: ghost (2, 2) meets only b (3, 1), through 2 & 3; a and c excluded.
     expect = {
@@ -277,7 +277,7 @@ GHOST_XML = """
 def test_a_body_whose_geoms_collide_with_nothing_carries_them_without_contacts():
     m = mujoco.MjModel.from_xml_string(GHOST_XML)
     with pytest.warns(UserWarning, match="collide with nothing"):
-        scene = rbd.load_mjcf(GHOST_XML)
+        scene = rbd.load_mjcf(GHOST_XML, coordinates="maximal")
     assert scene.bodies.names == ("ball", "arm")
     assert all("arm" not in pair for pair in scene.bodies.pair_names)
     assert {frozenset(p) for p in scene.bodies.pair_names} == {frozenset(("ball", "floor"))}
@@ -287,7 +287,7 @@ def test_a_body_whose_geoms_collide_with_nothing_carries_them_without_contacts()
 def test_missing_mujoco_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "mujoco", None)
     with pytest.raises(ImportError, match=r"pip install jaxrbd\[mjcf\]"):
-        rbd.load_mjcf(BOX_XML)
+        rbd.load_mjcf(BOX_XML, coordinates="maximal")
 
 
 MESH_XML = """<mujoco><asset><mesh name="tet" vertex="0 0 0 1 0 0 0 1 0 0 0 1 0.2 0.2 0.2"/></asset><worldbody>
@@ -299,7 +299,7 @@ MESH_XML = """<mujoco><asset><mesh name="tet" vertex="0 0 0 1 0 0 0 1 0 0 0 1 0.
 def test_mesh_geom_is_its_convex_hull_where_mujoco_puts_it():
     """MuJoCo collides a mesh as its convex hull: a ConvexMesh with the same world vertices; a warning names the mesh."""
     with pytest.warns(UserWarning, match=r"non-convex mesh geoms .*\['rockgeom'\]"):
-        scene = rbd.load_mjcf(MESH_XML)
+        scene = rbd.load_mjcf(MESH_XML, coordinates="maximal")
     m = mujoco.MjModel.from_xml_string(MESH_XML)
     d = mujoco.MjData(m)
     mujoco.mj_kinematics(m, d)
@@ -318,13 +318,13 @@ def test_mesh_geom_is_its_convex_hull_where_mujoco_puts_it():
 def test_unsupported_geom_is_refused_by_name():
     xml = MESH_XML.replace('type="mesh" mesh="tet"', 'type="cylinder" size="0.1 0.2"')
     with pytest.raises(NotImplementedError, match="'rockgeom' is a cylinder"):
-        rbd.load_mjcf(xml)
+        rbd.load_mjcf(xml, coordinates="maximal")
     # A visual geom (colliding with nothing) only adds mass, which MuJoCo counts: it is listed, not refused.
     visual = xml.replace(
         'size="0.1 0.2"/>', 'size="0.1 0.2" contype="0" conaffinity="0"/><geom type="sphere" size="0.1"/>'
     )
     with pytest.warns(UserWarning, match=r"geoms that collide with nothing \['rockgeom'\]"):
-        scene = rbd.load_mjcf(visual)
+        scene = rbd.load_mjcf(visual, coordinates="maximal")
     m = mujoco.MjModel.from_xml_string(visual)
     np.testing.assert_allclose(scene.system.params.mass, m.body_mass[1:], rtol=0, atol=0)
 
@@ -337,7 +337,7 @@ def test_unsupported_elements_are_listed_in_one_warning():
       <sensor><framepos name="where" objtype="site" objname="marker"/></sensor></mujoco>"""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        rbd.load_mjcf(xml)
+        rbd.load_mjcf(xml, coordinates="maximal")
     ours = [str(w.message) for w in caught if "load_mjcf ignores" in str(w.message)]
     assert len(ours) == 1
     for name in ("'marker'", "'tip'", "'where'", "solref", "'target'"):
@@ -350,13 +350,13 @@ def test_equality_constraint_is_refused():
       <body name="b" pos="1 0 1"><freejoint/><geom type="sphere" size="0.1"/></body></worldbody>
       <equality><weld name="glue" body1="a" body2="b"/></equality></mujoco>"""
     with pytest.raises(NotImplementedError, match="glue"):
-        rbd.load_mjcf(xml)
+        rbd.load_mjcf(xml, coordinates="maximal")
 
 
 def test_bad_keyframe_missing_file_and_malformed_xml():
     with pytest.raises(ValueError, match=r"no keyframe named 'nope'; keyframes: \['thrown'\]"):
-        rbd.load_mjcf(CUBE_XML, keyframe="nope")
+        rbd.load_mjcf(CUBE_XML, keyframe="nope", coordinates="maximal")
     with pytest.raises(FileNotFoundError, match="no_such.xml"):
-        rbd.load_mjcf("/nonexistent/no_such.xml")
+        rbd.load_mjcf("/nonexistent/no_such.xml", coordinates="maximal")
     with pytest.raises(ValueError, match="could not compile"):
-        rbd.load_mjcf("<mujoco><worldbody><body></mujoco>")
+        rbd.load_mjcf("<mujoco><worldbody><body></mujoco>", coordinates="maximal")

@@ -52,7 +52,7 @@ def _model(name, keyframe=None, passive=True):
 def _load(xml, **kwargs):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        scene = rbd.load_mjcf(xml, **kwargs)
+        scene = rbd.load_mjcf(xml, **kwargs, coordinates="maximal")
     return scene, " ".join(str(w.message) for w in caught)
 
 
@@ -149,7 +149,7 @@ def test_public_models_load_and_name_what_they_ignore_or_refuse():
     skew = """<mujoco><worldbody><body name="arm"><joint name="j1" type="hinge" axis="1 0 0"/>
         <joint name="j2" type="hinge" axis="1 1 0"/><geom type="sphere" size="0.1"/></body></worldbody></mujoco>"""
     with pytest.raises(NotImplementedError, match="body 'arm' has 2 joints"):
-        rbd.load_mjcf(skew)
+        rbd.load_mjcf(skew, coordinates="maximal")
 
 
 @pytest.mark.slow  # the humanoid's state maps compile

@@ -160,7 +160,7 @@ def test_an_mjcf_body_with_two_slides_loads_as_a_translation_joint():
     """Two orthogonal slides, no hinge (a pusher's object): a translation joint normal to both and the two slides as
     coordinate joints; qpos maps to q and back."""
     mujoco = pytest.importorskip("mujoco")
-    scene = rbd.load_mjcf(PUCK)
+    scene = rbd.load_mjcf(PUCK, coordinates="maximal")
     joints = [(name, kind) for name, kind, _, _ in scene.bodies.joints]
     assert joints == [("puck (translation)", "translation"), ("px", "slide coordinate"), ("py", "slide coordinate")]
     assert [n for _, _, n in scene.bodies.joint_rows()] == [4, 0, 0]

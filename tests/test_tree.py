@@ -235,6 +235,74 @@ def test_the_hopper_lifted_clear_of_the_floor_steps_as_mujocos_euler_integrator(
     np.testing.assert_allclose(np.asarray(traj.q), theirs, rtol=0, atol=EULER_TOL)
 
 
+def test_the_ant_in_free_fall_steps_as_mujocos_euler_integrator_but_for_its_quaternion():
+    """The ant 3 m up, tumbling (|w| = 2.7 rad/s), hinges mid-range, small random controls, 50 steps of 0.01 s.
+
+    jaxrbd integrates the free joint's quaternion as normalize(q + h (q * (0, w)) / 2), MuJoCo by the exact
+    rotation q * exp(h w / 2): per step the turn differs by h|w| - 2 atan(h|w| / 2) ~ (h|w|)^3 / 12. The hinges
+    do not feel the base's orientation in free fall and agree to 1e-8; the quaternion and the position stay
+    within twice the accumulated difference of the turn.
+    """
+    start = [0.0, 0.0, 3.0, 0.9, 0.1, -0.2, 0.3, 0.1, 0.9, -0.1, -0.9, 0.2, -0.9, -0.1, 0.9]
+    spin = [0.1, -0.2, 0.3, 1.5, -2.0, 1.0] + [0.0] * 8
+    xml = (DATA / "ant.xml").read_text().replace(
+        "</mujoco>",
+        f'<keyframe><key name="start" qpos="{" ".join(map(repr, start))}" qvel="{" ".join(map(repr, spin))}"/>'
+        "</keyframe></mujoco>",
+    )
+    scene = _load(xml, keyframe="start")
+    steps = 50
+    u = np.random.default_rng(4).uniform(-0.05, 0.05, size=(steps, 8))
+    traj = jax.jit(lambda u: rbd.simulate(*scene, dt=scene.dt, steps=steps, controls=u))(jnp.asarray(u))
+    theirs, constrained = _mujoco_rollout(xml, u)
+    assert not constrained and bool(traj.stats.converged.all())
+    ours = np.asarray(traj.q)
+    hw = scene.dt * np.linalg.norm(spin[3:6])
+    turn = steps * (hw - 2 * np.arctan(hw / 2))  # the accumulated difference of the turn (rad)
+    np.testing.assert_allclose(ours[:, 7:], theirs[:, 7:], rtol=0, atol=EULER_TOL)
+    assert np.abs(ours[:, 3:7] - theirs[:, 3:7]).max() <= 2 * turn
+    assert np.abs(ours[:, :3] - theirs[:, :3]).max() <= 2 * turn
+
+
+IMPULSE_FLOOR = 1e-9  # N s: a contact impulse above it counts as a contact in jaxrbd's step
+
+
+@pytest.mark.slow
+def test_the_hopper_dropped_lands_on_its_foot_like_mujoco():
+    """The hopper dropped 0.3 m, tilted 0.1 rad, with the file's integrator (RK4) in MuJoCo: from MuJoCo's first
+    contact to 0.5 s, jaxrbd's foot (and nothing else) is on the floor at every step, where MuJoCo's foot is;
+    MuJoCo's soft foot sinks into the floor until its leg touches too, which the rigid foot does not."""
+    xml = _with_key("hopper", [0.0, 1.55, 0.1, 0.0, 0.0, 0.0])
+    scene = _load(xml, keyframe="start")
+    steps = round(0.5 / scene.dt)
+    traj = jax.jit(lambda: rbd.simulate(*scene, dt=scene.dt, steps=steps))()
+    assert bool(traj.stats.converged.all()) and float(traj.stats.residual.max()) <= 1e-8
+    m = mujoco.MjModel.from_xml_string(xml)
+    d = mujoco.MjData(m)
+    mujoco.mj_resetDataKeyframe(m, d, 0)
+    theirs, force = [], np.zeros(6)
+    for _ in range(steps):
+        mujoco.mj_step(m, d)
+        bodies = set()
+        for i, c in enumerate(d.contact[: d.ncon]):
+            mujoco.mj_contactForce(m, d, i, force)
+            if force[0] > 0:
+                bodies |= {mujoco.mj_id2name(m, mujoco.mjtObj.mjOBJ_BODY, m.geom_bodyid[g]) for g in (c.geom1, c.geom2)}
+        theirs.append(bodies - {"world"})
+    pairs = scene.bodies.geometry.pair_names
+    index = np.asarray(jax.vmap(lambda q: scene.system.contacts(q).index)(traj.q[:-1]))
+    impulses = np.asarray(traj.impulses.normal)
+    ours = [
+        {b for i, p in zip(index[k], impulses[k]) if i < len(pairs) and p > IMPULSE_FLOOR for b in pairs[i]}
+        for k in range(steps)
+    ]
+    statics = set(scene.bodies.geometry.statics)
+    first = next(k for k, bodies in enumerate(theirs) if bodies)
+    assert first > 0 and not any(ours[:first - 1])
+    for k in range(first + 1, steps):
+        assert ours[k] - statics == {"foot"} and "foot" in theirs[k], (k, ours[k], theirs[k])
+
+
 # --- Loading --------------------------------------------------------------------------------------
 
 

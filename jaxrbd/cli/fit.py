@@ -301,7 +301,7 @@ def model_file_factory(path):
     from ..mjcf import load_mjcf
 
     try:
-        loaded = load_mjcf(path)
+        loaded = load_mjcf(path, coordinates="maximal")
     except (ValueError, OSError) as err:
         raise TrajectoryFileError(f"--scene {path!r}: {err}") from None
 

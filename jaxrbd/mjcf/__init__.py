@@ -6,12 +6,12 @@
 
 Two body models read the same file:
 
-- joint coordinates (`coordinates="joints"`, `jaxrbd.bodies.Tree`): the state is
-  MuJoCo's qpos and qvel, kinematic trees hold their joints by construction, and
-  the model is built on the host with numpy, without compiling anything;
-- maximal coordinates (`coordinates="maximal"`, the default): every moving body
-  has its own centre of mass and quaternion, and the joints are equality rows of
-  the step (`SceneBuilder.add_joint`); `scene.to_mujoco_qpos` maps back.
+- joint coordinates (`coordinates="joints"`, the default; `jaxrbd.bodies.Tree`):
+  the state is MuJoCo's qpos and qvel, and kinematic trees hold their joints by
+  construction;
+- maximal coordinates (`coordinates="maximal"`): every moving body has its own
+  centre of mass and quaternion, and the joints are equality rows of the step
+  (`SceneBuilder.add_joint`); `scene.to_mujoco_qpos` maps back.
 
 Needs the optional `mujoco` package (`pip install jaxrbd[mjcf]`).
 """
@@ -23,10 +23,10 @@ from ._maximal import MjcfScene as MjcfScene
 from ._maximal import load_maximal
 from ._tree import load_tree
 
-COORDINATES = ("maximal", "joints")
+COORDINATES = ("joints", "maximal")
 
 
-def load_mjcf(source, *, keyframe=None, directions=None, friction=None, broadphase=None, coordinates="maximal"):
+def load_mjcf(source, *, keyframe=None, directions=None, friction=None, broadphase=None, coordinates="joints"):
     """Load an MJCF model (a path or an XML string) as an `MjcfScene`, with MuJoCo's parser and compiler.
 
     Args:
@@ -38,7 +38,7 @@ def load_mjcf(source, *, keyframe=None, directions=None, friction=None, broadpha
             friction unknowns on the range stops and on pairs of condim 1. In joint
             coordinates a model with more than `BROADPHASE_ABOVE` self-collision body
             pairs gets a broad phase by default; pass one to override it.
-        coordinates: "maximal" or "joints".
+        coordinates: "joints" (the default) or "maximal".
 
     In joint coordinates (`jaxrbd.bodies.Tree`):
     - bodies, their offsets, masses, centres of mass and inertias are MuJoCo's;
