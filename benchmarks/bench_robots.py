@@ -138,6 +138,9 @@ def mujoco_row(name, seconds, batch, batch_seconds, mjx, dtype):
     if m.nkey:
         d0 = d0.replace(qpos=jnp.asarray(m.key_qpos[0], dtype))
     d0 = jax.tree_util.tree_map(lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, d0)
+    # The carry of the scan in the dtypes of a step's output (under x64 some of MJX's integer fields widen).
+    out = jax.eval_shape(mjx_module.step, mx, d0)
+    d0 = jax.tree_util.tree_map(lambda x, o: x.astype(o.dtype), d0, out)
 
     def rollout(u):
         def body(d, uk):

@@ -159,16 +159,31 @@ def load_tree(m, mujoco, *, keyframe, directions, friction, broadphase):
     if ignored:
         warnings.warn("load_mjcf ignores these MJCF elements: " + "; ".join(ignored), stacklevel=3)
     if friction is None:  # MuJoCo's pyramid; no friction unknowns on the stops and the pairs of condim 1
-        geometry_size = 0 if geometry is None else len(geometry.pair_names)
-        record_size = geometry_size
-        if geometry is not None and geometry.dynamic:
-            record_size = sum((len(g.index_a) if g.slots is None else g.slots) * g.capacity for g in geometry.groups)
-        fixed = frictionless if record_size == geometry_size else ()
+        fixed, record_size = _frictionless_slots(geometry, frictionless)
         cone = PolyhedralCone(directions, frictionless=fixed + tuple(record_size + k for k in range(len(limits))))
     system = tree.system(params, mu, restitution, directions, cone)
     state = State(a(0.0), a(qpos), a(qvel))
     del nb
     return system, state, tree, tuple(name for name, _ in actuators)
+
+
+def _frictionless_slots(geometry, frictionless):
+    """(the contact record's frictionless entries, the geometry's record size) from the frictionless candidates:
+    a group without a broad phase keeps its candidates in order; a broad phase's slots hold any of its group's
+    pairs, so they are frictionless only where all of the group's candidates are."""
+    if geometry is None:
+        return (), 0
+    frictionless, out = set(frictionless), []
+    candidate = record = 0
+    for g in geometry.groups:
+        n = len(g.index_a) * g.capacity
+        size = n if g.slots is None else g.slots * g.capacity
+        if g.slots is None:
+            out += [record + i for i in range(n) if candidate + i in frictionless]
+        elif all(candidate + i in frictionless for i in range(n)):
+            out += list(range(record, record + size))
+        candidate, record = candidate + n, record + size
+    return tuple(out), record
 
 
 def _ignored(m, mujoco, joint_name):
