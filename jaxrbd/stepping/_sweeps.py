@@ -39,6 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import dynamics
+from ..bodies import Tree
 from .._lanes import every_lane
 from .._problems import LCP, natural_residual
 from .._small import inv3, matmul, matvec
@@ -155,6 +156,11 @@ class ContactSweeps(StepSolver):
         model = system.bodies
         if model is None:
             return "it needs a scene of rigid bodies built by jaxrbd.SceneBuilder (system.bodies is None)"
+        if isinstance(model, Tree):
+            return (
+                "it sweeps free bodies, and a kinematic tree (jaxrbd.bodies.Tree) couples all of its contacts "
+                "through M(q)^-1; use the dense SemismoothNewton"
+            )
         if model.dim != 3:
             return "it supports 3D scenes only (this one is planar)"
         if model.joints:
