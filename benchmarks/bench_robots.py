@@ -73,7 +73,9 @@ def jaxrbd_row(name, seconds, batch, batch_seconds, dtype):
     import mujoco
 
     m = mujoco.MjModel.from_xml_string(xml)
-    system, state = jax.tree_util.tree_map(lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, tuple(scene))
+    system, state = jax.tree_util.tree_map(
+        lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, tuple(scene)
+    )
     steps, batch_steps = round(seconds / scene.dt), round(batch_seconds / scene.dt)
 
     def rollout(u, steps):

@@ -245,10 +245,14 @@ def test_the_ant_in_free_fall_steps_as_mujocos_euler_integrator_but_for_its_quat
     """
     start = [0.0, 0.0, 3.0, 0.9, 0.1, -0.2, 0.3, 0.1, 0.9, -0.1, -0.9, 0.2, -0.9, -0.1, 0.9]
     spin = [0.1, -0.2, 0.3, 1.5, -2.0, 1.0] + [0.0] * 8
-    xml = (DATA / "ant.xml").read_text().replace(
-        "</mujoco>",
-        f'<keyframe><key name="start" qpos="{" ".join(map(repr, start))}" qvel="{" ".join(map(repr, spin))}"/>'
-        "</keyframe></mujoco>",
+    xml = (
+        (DATA / "ant.xml")
+        .read_text()
+        .replace(
+            "</mujoco>",
+            f'<keyframe><key name="start" qpos="{" ".join(map(repr, start))}" qvel="{" ".join(map(repr, spin))}"/>'
+            "</keyframe></mujoco>",
+        )
     )
     scene = _load(xml, keyframe="start")
     steps = 50
@@ -298,7 +302,7 @@ def test_the_hopper_dropped_lands_on_its_foot_like_mujoco():
     ]
     statics = set(scene.bodies.geometry.statics)
     first = next(k for k, bodies in enumerate(theirs) if bodies)
-    assert first > 0 and not any(ours[:first - 1])
+    assert first > 0 and not any(ours[: first - 1])
     for k in range(first + 1, steps):
         assert ours[k] - statics == {"foot"} and "foot" in theirs[k], (k, ours[k], theirs[k])
 
@@ -315,6 +319,10 @@ def test_a_tree_loads_with_mujocos_state_and_names_what_it_refuses():
     assert np.array_equal(scene.from_mujoco_qpos(m.qpos0), m.qpos0)
     with pytest.raises(ValueError, match="coordinates must be one of"):
         rbd.load_mjcf(str(DATA / "ant.xml"), coordinates="joint")
-    closed = re.sub(r"</worldbody>", "</worldbody><equality><connect body1='torso' body2='world' anchor='0 0 0'/></equality>", (DATA / "ant.xml").read_text())
+    closed = re.sub(
+        r"</worldbody>",
+        "</worldbody><equality><connect body1='torso' body2='world' anchor='0 0 0'/></equality>",
+        (DATA / "ant.xml").read_text(),
+    )
     with pytest.raises(NotImplementedError, match="equality constraints"):
         _load(closed)

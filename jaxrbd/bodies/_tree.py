@@ -44,7 +44,6 @@ from ..model import System
 
 FREE, BALL, SLIDE, HINGE = 0, 1, 2, 3  # MuJoCo's mjtJoint
 JOINT_DOFS = {FREE: 6, BALL: 3, SLIDE: 1, HINGE: 1}
-JOINT_QPOS = {FREE: 7, BALL: 4, SLIDE: 1, HINGE: 1}
 
 
 class ActuatorParams(eqx.Module):
@@ -260,7 +259,9 @@ class Tree:
         for jtype in (FREE, BALL, SLIDE, HINGE):
             ids = [j for j, joint in enumerate(self.joints) if joint[1] == jtype]
             if ids:
-                out[jtype] = tuple(np.array(x, int) for x in zip(*[(j, self.joints[j][3], self.joints[j][4]) for j in ids]))
+                out[jtype] = tuple(
+                    np.array(x, int) for x in zip(*[(j, self.joints[j][3], self.joints[j][4]) for j in ids])
+                )
         return out
 
     @functools.cached_property

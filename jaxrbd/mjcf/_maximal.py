@@ -685,5 +685,3 @@ def _welded_inertia(m, data, i, welded):
         inertia += Rk @ np.diag(m.body_inertia[k]) @ Rk.T + mk * (d @ d * np.eye(3) - np.outer(d, d))
     R = np.array(data.xmat[i]).reshape(3, 3)
     return mass, R.T @ inertia @ R, R.T @ (com - data.xpos[i])
-
-

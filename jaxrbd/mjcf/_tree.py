@@ -10,8 +10,8 @@ import jax
 import numpy as np
 
 from ..bodies import SceneBuilder
-from ..cones import PolyhedralCone
 from ..bodies._tree import JOINT_DOFS, ActuatorParams, Tree, TreeParams
+from ..cones import PolyhedralCone
 from ..model import State
 from ._common import (
     BALL,
@@ -69,7 +69,6 @@ def load_tree(m, mujoco, *, keyframe, directions, friction, broadphase):
     mujoco.mj_kinematics(m, data)
 
     # The tree: MuJoCo's bodies 1.. in MuJoCo's order (parents first), the world as -1.
-    nb = m.nbody - 1
     parent = tuple(int(p) - 1 for p in m.body_parentid[1:])
     joints = []
     for j in range(m.njnt):
@@ -119,7 +118,12 @@ def load_tree(m, mujoco, *, keyframe, directions, friction, broadphase):
     geometry, geometry_bodies, shapes, mu, restitution, cone, frictionless = _geometry(
         m, mujoco, data, body_name, geom_name, refuse, ignored, directions, friction, broadphase
     )
-    inertia = np.stack([_quat_matrix(m.body_iquat[i]) @ np.diag(m.body_inertia[i]) @ _quat_matrix(m.body_iquat[i]).T for i in range(1, m.nbody)])
+    inertia = np.stack(
+        [
+            _quat_matrix(m.body_iquat[i]) @ np.diag(m.body_inertia[i]) @ _quat_matrix(m.body_iquat[i]).T
+            for i in range(1, m.nbody)
+        ]
+    )
     stiffness = np.where(np.isin(m.jnt_type, (HINGE, SLIDE)), m.jnt_stiffness, 0.0)
     a = lambda x: jax.device_put(np.asarray(x, float))
     params = TreeParams(
@@ -163,7 +167,6 @@ def load_tree(m, mujoco, *, keyframe, directions, friction, broadphase):
         cone = PolyhedralCone(directions, frictionless=fixed + tuple(record_size + k for k in range(len(limits))))
     system = tree.system(params, mu, restitution, directions, cone)
     state = State(a(0.0), a(qpos), a(qvel))
-    del nb
     return system, state, tree, tuple(name for name, _ in actuators)
 
 
@@ -290,7 +293,9 @@ def _geometry(m, mujoco, data, body_name, geom_name, refuse, ignored, directions
             )
         mus = {_mu(m, g1, g2) for g1, g2 in geom_pairs}
         if len(mus) > 1:
-            refuse(f"{sorted(key)}: their geom pairs have different friction {sorted(mus)}; jaxrbd's mu is per body pair")
+            refuse(
+                f"{sorted(key)}: their geom pairs have different friction {sorted(mus)}; jaxrbd's mu is per body pair"
+            )
         b.set_pair(*sorted(key), mu=mus.pop())
         if all(max(m.geom_condim[g1], m.geom_condim[g2]) == 1 for g1, g2 in geom_pairs):
             frictionless.add(key)

@@ -39,11 +39,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import dynamics
-from ..bodies import Tree
 from .._lanes import every_lane
 from .._problems import LCP, natural_residual
 from .._small import inv3, matmul, matvec
 from .._validate import check_value
+from ..bodies import Tree
 from ..complementarity import Adjoint, SemismoothNewton, implicit_solve, within_tolerance
 from ..complementarity._fb import fischer_burmeister_partials
 from ..complementarity._implicit import ADJOINT_EPS_POWER, PINV_RTOL_FACTOR, min_norm_lstsq
