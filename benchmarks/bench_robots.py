@@ -8,7 +8,8 @@ start pose, with controls drawn once uniformly in the actuators' ranges (seed 0)
 
 - load: the wall time of `load_mjcf` (after `import jaxrbd` and one load of another model, so that the
   process's one-time set-up is not counted);
-- compile: lowering and compiling the rollout of `--seconds` of simulated time;
+- compile: lowering and compiling the rollout of `--seconds` of simulated time (the persistent compilation
+  cache off, `JAXRBD_CACHE=0`);
 - steps/s of one environment (the median of repeated calls) and env-steps/s of a `vmap` batch of `--batch`
   environments over `--batch-seconds`, with the share of steps that converged;
 - grad/fwd: the time of the gradient of the final state with respect to every control over the forward;
@@ -20,6 +21,7 @@ float64 unless `--float32`.
 """
 
 import argparse
+import os
 import pathlib
 import statistics
 import time
@@ -167,6 +169,7 @@ def main():
     parser.add_argument("--no-mjx", action="store_true")
     parser.add_argument("--float32", action="store_true")
     args = parser.parse_args()
+    os.environ.setdefault("JAXRBD_CACHE", "0")  # compile times without the persistent compilation cache
     if not args.float32:
         jax.config.update("jax_enable_x64", True)
     dtype = np.float32 if args.float32 else np.float64

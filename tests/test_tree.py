@@ -107,19 +107,24 @@ _JOINTS = st.lists(st.sampled_from(["hinge", "slide", "ball"]), min_size=0, max_
 @st.composite
 def _trees(draw):
     """The MJCF of a random tree: 1-5 bodies, each under a random earlier one, with 0-3 joints in sequence (a
-    free joint at the first root, sometimes; a ball joint last), random offsets, axes, anchors, masses and
-    inertias."""
+    free joint at the first root, sometimes; a ball joint last), random offsets, axes (the k-th of a body's
+    about the k-th coordinate axis), anchors, masses and inertias."""
     n = draw(st.integers(1, 5))
     vec = lambda lo=-0.5, hi=0.5: " ".join(f"{draw(st.floats(lo, hi)):.3f}" for _ in range(3))
     parent = [-1] + [draw(st.integers(-1, i - 1)) for i in range(1, n)]
     free = draw(st.booleans())
+
+    def axis(k):  # about the k-th coordinate axis, so that a body's joints never share one (a singular M)
+        tilt = [draw(st.floats(-0.3, 0.3)) for _ in range(3)]
+        return " ".join(f"{(1.0 if j == k else 0.0) + tilt[j]:.3f}" for j in range(3))
+
     bodies = []
     for i in range(n):
         kinds = ["free"] if (i == 0 and free) else draw(_JOINTS)
         if "ball" in kinds:  # MuJoCo allows no rotation after a ball joint on one body
             kinds = [k for k in kinds if k != "ball"] + ["ball"]
         joints = "".join(
-            f'<joint name="j{i}_{k}" type="{kind}" pos="{vec(-0.2, 0.2)}" axis="{vec(0.1, 1.0)}"/>'
+            f'<joint name="j{i}_{k}" type="{kind}" pos="{vec(-0.2, 0.2)}" axis="{axis(k)}"/>'
             if kind in ("hinge", "slide")
             else f'<joint name="j{i}_{k}" type="{kind}"' + ("" if kind == "free" else f' pos="{vec(-0.2, 0.2)}"') + "/>"
             for k, kind in enumerate(kinds)
