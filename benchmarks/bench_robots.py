@@ -27,8 +27,12 @@ import statistics
 import time
 import warnings
 
+os.environ.setdefault("JAXRBD_CACHE", "0")  # compile times without the persistent compilation cache
+
 import jax
 import numpy as np
+
+from jaxrbd.cli.bench_scenes import median_time
 
 DATA = pathlib.Path(__file__).resolve().parents[1] / "tests" / "data" / "gymnasium"
 # Gymnasium's start poses (its environments' init_qpos; the others start at the file's qpos0).
@@ -42,16 +46,6 @@ def _xml(name):
         key = " ".join(map(repr, STARTS[name]))
         xml = xml.replace("</mujoco>", f'<keyframe><key name="start" qpos="{key}"/></keyframe></mujoco>')
     return xml
-
-
-def _median(f, *args, repeats=3):
-    jax.block_until_ready(f(*args))
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        jax.block_until_ready(f(*args))
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
 
 
 def _controls(m, steps, batch=None, seed=0):
@@ -89,15 +83,15 @@ def jaxrbd_row(name, seconds, batch, batch_seconds, dtype):
     compiled = jax.jit(forward).lower(u).compile()
     compile_s = time.perf_counter() - t
     traj = compiled(u)
-    single = _median(compiled, u)
+    single = median_time(compiled, u, repeats=3)
     loss = lambda u: jnp.sum(forward(u).q[-1])
     grad = jax.jit(jax.grad(loss))
-    grad_s = _median(grad, u)
-    fwd_s = _median(jax.jit(lambda u: forward(u).q[-1]), u)
+    grad_s = median_time(grad, u, repeats=3)
+    fwd_s = median_time(jax.jit(lambda u: forward(u).q[-1]), u, repeats=3)
     ub = jnp.asarray(_controls(m, batch_steps, batch), dtype)
     batched = jax.jit(jax.vmap(lambda u: rollout(u, batch_steps)))
     batch_traj = batched(ub)
-    batch_s = _median(batched, ub, repeats=1)
+    batch_s = median_time(batched, ub, repeats=1)
     return dict(
         load=load,
         compile=compile_s,
@@ -153,10 +147,10 @@ def mujoco_row(name, seconds, batch, batch_seconds, mjx, dtype):
         return jax.lax.scan(body, d0, u)[0].qpos
 
     single = jax.jit(rollout)
-    row["mjx"] = steps / _median(single, jnp.asarray(u, dtype))
+    row["mjx"] = steps / median_time(single, jnp.asarray(u, dtype), repeats=3)
     batch_steps = round(batch_seconds / m.opt.timestep)
     ub = jnp.asarray(_controls(m, batch_steps, batch), dtype)
-    row["mjx_batch"] = batch * batch_steps / _median(jax.jit(jax.vmap(rollout)), ub, repeats=1)
+    row["mjx_batch"] = batch * batch_steps / median_time(jax.jit(jax.vmap(rollout)), ub, repeats=1)
     return row
 
 
@@ -169,7 +163,6 @@ def main():
     parser.add_argument("--no-mjx", action="store_true")
     parser.add_argument("--float32", action="store_true")
     args = parser.parse_args()
-    os.environ.setdefault("JAXRBD_CACHE", "0")  # compile times without the persistent compilation cache
     if not args.float32:
         jax.config.update("jax_enable_x64", True)
     dtype = np.float32 if args.float32 else np.float64

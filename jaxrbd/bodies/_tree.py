@@ -536,7 +536,7 @@ def mass_matrix(tree, q, params, f=None):
     """M(q) by composite rigid bodies: M_ij = S_i . I_c[body j] S_j where body i is body j or an ancestor of it,
     I_c a body's subtree inertia; plus the armature on the diagonal (MuJoCo's qM)."""
     f = frames(tree, q, params) if f is None else f
-    D, _, C = tree.dof_masks
+    C = tree.dof_masks[2]
     I = _spatial_inertia(tree, f, params)
     Ic = jnp.einsum("ab,bij->aij", jnp.asarray(tree.ancestors, I.dtype), I)  # subtree sums, one product
     F = jnp.einsum("nij,nj->ni", Ic[tree.dof_body], f.S)  # (nv, 6)

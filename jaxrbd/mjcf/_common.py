@@ -119,3 +119,31 @@ def _inner_vertices(vertices):
         return 0
     size = np.max(np.linalg.norm(vertices - vertices.mean(0), axis=1))
     return int(np.sum(np.max(vertices @ eq[:, :3].T + eq[:, 3], axis=1) < -1e-9 * size))
+
+
+def set_pairs(builder, m, pairs, collide, geom_name, refuse):
+    """Each body pair's contacts on the builder, from its geom pairs {frozenset of two names: [(g1, g2), ...]}:
+    excluded where MuJoCo collides none of them, with MuJoCo's friction where it collides all (`_mu`), refused
+    where it collides some or their friction differs (jaxrbd filters and sets mu per body pair). Returns the
+    pairs of condim 1 (frictionless in MuJoCo)."""
+    frictionless = set()
+    for key, geom_pairs in pairs.items():
+        hits = [collide(g1, g2) for g1, g2 in geom_pairs]
+        if not any(hits):
+            builder.exclude(*sorted(key))
+            continue
+        if not all(hits):
+            named = [(geom_name(g1), geom_name(g2), h) for (g1, g2), h in zip(geom_pairs, hits)]
+            refuse(
+                f"{sorted(key)}: MuJoCo collides some of their geom pairs and not others {named}; jaxrbd "
+                "filters contacts per body pair"
+            )
+        mus = {_mu(m, g1, g2) for g1, g2 in geom_pairs}
+        if len(mus) > 1:
+            refuse(
+                f"{sorted(key)}: their geom pairs have different friction {sorted(mus)}; jaxrbd's mu is per body pair"
+            )
+        builder.set_pair(*sorted(key), mu=mus.pop())
+        if all(max(m.geom_condim[g1], m.geom_condim[g2]) == 1 for g1, g2 in geom_pairs):
+            frictionless.add(key)
+    return frictionless

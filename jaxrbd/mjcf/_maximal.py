@@ -40,10 +40,10 @@ from ._common import (
     _initial,
     _inner_vertices,
     _mesh_vertices,
-    _mu,
     _mujoco,
     _name,
     _shape,
+    set_pairs,
 )
 
 STATIC, WELDED, MOVING = -1, -2, 0  # the layout's marks of bodies: welded to the world, to a moving body, moving
@@ -584,23 +584,7 @@ def load_maximal(m, *, keyframe=None, directions=8, friction=None, broadphase=No
         for g2 in live:
             if g1 < g2 and owner[g1] != owner[g2] and (moves[g1] or moves[g2]):
                 pairs.setdefault(frozenset((owner[g1], owner[g2])), []).append((g1, g2))
-    for key, geom_pairs in pairs.items():
-        hits = [collide(g1, g2) for g1, g2 in geom_pairs]
-        if not any(hits):
-            b.exclude(*sorted(key))
-            continue
-        if not all(hits):
-            named = [(geom_name(g1), geom_name(g2), h) for (g1, g2), h in zip(geom_pairs, hits)]
-            refuse(
-                f"{sorted(key)}: MuJoCo collides some of their geom pairs and not others {named}; jaxrbd "
-                "filters contacts per body pair"
-            )
-        mus = {_mu(m, g1, g2) for g1, g2 in geom_pairs}
-        if len(mus) > 1:
-            refuse(
-                f"{sorted(key)}: their geom pairs have different friction {sorted(mus)}; jaxrbd's mu is per body pair"
-            )
-        b.set_pair(*sorted(key), mu=mus.pop())
+    set_pairs(b, m, pairs, collide, geom_name, refuse)
     for j, joint in joint_of.items():  # hinge and slide stiffness, springref, damping and armature; ball damping
         dof = m.jnt_dofadr[j]
         values = dict(stiffness=m.jnt_stiffness[j], damping=m.dof_damping[dof], armature=m.dof_armature[dof])

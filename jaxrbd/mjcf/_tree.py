@@ -25,9 +25,9 @@ from ._common import (
     _initial,
     _inner_vertices,
     _mesh_vertices,
-    _mu,
     _name,
     _shape,
+    set_pairs,
 )
 
 # Contact pairs of one kind pair (planes aside) above which a broad phase keeps the nearest ones: the
@@ -275,30 +275,12 @@ def _geometry(m, mujoco, data, body_name, geom_name, refuse, ignored, directions
         shapes = [_shape(m, g, np.array(m.geom_pos[g]), np.array(m.geom_quat[g])) for g in geoms]
         b.add_body(body_name(i), *shapes, mass=1.0, inertia=1.0, position=(0.0, 0.0, 0.0))
         owner.update({g: body_name(i) for g in geoms})
-    pairs, frictionless = {}, set()
+    pairs = {}
     for g1 in owner:
         for g2 in owner:
             if g1 < g2 and owner[g1] != owner[g2] and not (static(g1) and static(g2)):
                 pairs.setdefault(frozenset((owner[g1], owner[g2])), []).append((g1, g2))
-    for key, geom_pairs in pairs.items():
-        hits = [collide(g1, g2) for g1, g2 in geom_pairs]
-        if not any(hits):
-            b.exclude(*sorted(key))
-            continue
-        if not all(hits):
-            named = [(geom_name(g1), geom_name(g2), h) for (g1, g2), h in zip(geom_pairs, hits)]
-            refuse(
-                f"{sorted(key)}: MuJoCo collides some of their geom pairs and not others {named}; jaxrbd "
-                "filters contacts per body pair"
-            )
-        mus = {_mu(m, g1, g2) for g1, g2 in geom_pairs}
-        if len(mus) > 1:
-            refuse(
-                f"{sorted(key)}: their geom pairs have different friction {sorted(mus)}; jaxrbd's mu is per body pair"
-            )
-        b.set_pair(*sorted(key), mu=mus.pop())
-        if all(max(m.geom_condim[g1], m.geom_condim[g2]) == 1 for g1, g2 in geom_pairs):
-            frictionless.add(key)
+    frictionless = set_pairs(b, m, pairs, collide, geom_name, refuse)
     model, params, mu, restitution, cone = b.build_model()
     frictionless = tuple(i for i, pair in enumerate(model.pair_names) if frozenset(pair) in frictionless)
     return model, tuple(i - 1 for i in moving), params.shapes, mu, restitution, cone, frictionless
