@@ -103,7 +103,10 @@ def free_body_motion(system, t, q, v, h):
 
 
 def integrate(system, q, v, h):
-    """q+ = normalize(q + h G(q) v) (000 §5); G v per body for body scenes (`System.qdot`)."""
+    """q+ = normalize(q + h G(q) v) (000 §5); G v per body for body scenes (`System.qdot`), or the system's own
+    map (`System.advance`: kinematic trees turn their quaternions by the exact rotation)."""
+    if system.advance is not None:
+        return system.advance(q, v, h, system.params)
     return system.project_q(q + h * system.qdot(q, v))
 
 

@@ -94,6 +94,10 @@ class System(eqx.Module):
             (kinematic trees: recursive Newton-Euler, `jaxrbd.bodies.tree_bias_force`);
             None derives it from `coriolis_force` (or M) and `potential`, which
             stays the energy's potential either way.
+        advance: ``(q, v, h, params) -> q+``: the configuration after moving at the
+            constant velocity v for h (kinematic trees: MuJoCo's `mj_integratePos`,
+            quaternions turned by the exact rotation exp(h w / 2)); None:
+            normalize(q + h G(q) v).
         collide: ``(q, params, mu, restitution) -> Contacts``: the whole contact
             record in one call (rigid bodies: the collision driver, which also picks
             the broad phase's slots and their mu and restitution). None derives the
@@ -122,6 +126,7 @@ class System(eqx.Module):
     bodies: Any = eqx.field(static=True, default=None)
     collide: Callable | None = eqx.field(static=True, default=None)
     bias_force: Callable | None = eqx.field(static=True, default=None)
+    advance: Callable | None = eqx.field(static=True, default=None)
 
     def G(self, q):
         if self.kinematics is None:

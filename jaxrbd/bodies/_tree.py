@@ -322,6 +322,7 @@ class Tree:
             friction=friction,
             bodies=self,
             bias_force=fn(bias_force),
+            advance=fn(advance),
         )
 
 
@@ -491,6 +492,37 @@ def velocity_map(tree, q, v, params):
         rate = 0.5 * rot.multiply(quat, jnp.concatenate([jnp.zeros_like(spin[:, :1]), spin], -1))
         qdot = qdot.at[s[:, None] + np.arange(4)].set(rate)
     return qdot
+
+
+def _rotation_quaternion(theta):
+    """(n, 4) the unit quaternions of the rotations by the vectors theta (n, 3): (cos |t| / 2, sin(|t| / 2) t / |t|),
+    with the series at |t| = 0 (finite gradients there)."""
+    t2 = jnp.sum(theta * theta, -1)
+    small = t2 < 1e-12
+    t = jnp.sqrt(jnp.where(small, 1.0, t2))
+    c = jnp.where(small, 1.0 - t2 / 8.0, jnp.cos(0.5 * t))
+    s = jnp.where(small, 0.5 - t2 / 48.0, jnp.sin(0.5 * t) / t)
+    return jnp.concatenate([c[:, None], s[:, None] * theta], -1)
+
+
+def advance(tree, q, v, h, params):
+    """q after moving at v for h, as MuJoCo's `mj_integratePos`: hinges, slides and a free joint's position by
+    h v, quaternions by the exact rotation, quat * exp(h w / 2) with w the local spin, then normalized."""
+    del params
+    q_next = q
+    a, d, _ = tree.scalar_joints
+    q_next = q_next.at[a].add(h * v[d])
+    for jtype in (BALL, FREE):
+        if jtype not in tree.by_type:
+            continue
+        _, a, d = tree.by_type[jtype]
+        s, w = (a, d) if jtype == BALL else (a + 3, d + 3)
+        if jtype == FREE:
+            q_next = q_next.at[a[:, None] + np.arange(3)].add(h * v[d[:, None] + np.arange(3)])
+        idx = s[:, None] + np.arange(4)
+        turn = _rotation_quaternion(h * v[w[:, None] + np.arange(3)])
+        q_next = q_next.at[idx].set(rot.normalize(rot.multiply(q[idx], turn)))
+    return q_next
 
 
 def _kinematics_matrix(tree, q, params):
