@@ -56,6 +56,11 @@ class Contacts(eqx.Module):
         frictional: (nc,) bool, the contacts that have friction rows in the step; the
             others (joint-range stops, MJCF pairs of condim 1) are frictionless, their
             friction unknowns fixed at zero. None: every contact.
+        dry: (nc,) bool, the entries that are a joint's dry friction (MJCF
+            frictionloss: a tree's `Tree.frictionloss`): no normal row, their friction
+            rows the joint's rate, the friction impulse bounded by dry_friction h.
+            None: none.
+        dry_friction: (nc,) the bound of those entries (a force or torque), 0 elsewhere.
         limits: static number of joint-range stops at the end of the record
             (`jaxrbd.bodies.BodyModel.limit_rows`): frictionless rows (mu = 0, zero
             friction rows) whose gap is the distance of a joint coordinate to its
@@ -77,6 +82,8 @@ class Contacts(eqx.Module):
     tangent: jax.Array | None = None
     bitangent: jax.Array | None = None
     frictional: jax.Array | None = None
+    dry: jax.Array | None = None
+    dry_friction: jax.Array | None = None
     nv: int = eqx.field(static=True, default=0)
     tangents: int = eqx.field(static=True, default=2)
     torsion: bool = eqx.field(static=True, default=False)

@@ -279,7 +279,7 @@ def _direction_incidence(counts):
     return (owner[:, None] == np.arange(len(counts))[None, :]).astype(np.float64)
 
 
-def friction_lcp(M, N, D, mu, counts, b, *, bn=None, row_active=None, J=None, bj=None):
+def friction_lcp(M, N, D, mu, counts, b, *, bn=None, row_active=None, J=None, bj=None, bl=None):
     """Build the friction LCP of one velocity-level time step (004 §3.2, 000 eq. (14)).
 
     Args:
@@ -300,6 +300,9 @@ def friction_lcp(M, N, D, mu, counts, b, *, bn=None, row_active=None, J=None, bj
         J: optional (nv, ng) joint rows, transposed: equality rows J^T v+ + bj = 0
             that lead z (the mixed LCP of 000 eq. (15)); always active.
         bj: optional (ng,) offset of the joint rows.
+        bl: optional (nc,) offsets of the cone rows, mu c_n - e^T beta + bl >= 0: a
+            friction bound that does not scale with c_n (a joint's dry friction,
+            its frictionloss f times h, on a contact whose normal row is masked).
 
     Returns:
         A `FrictionLCP`.
@@ -329,6 +332,8 @@ def friction_lcp(M, N, D, mu, counts, b, *, bn=None, row_active=None, J=None, bj
         q = q.at[:ng].add(bj)
     if bn is not None:
         q = q.at[ng : ng + nc].add(bn)
+    if bl is not None:
+        q = q.at[ng + nc + nd :].add(bl)
     keep = jnp.ones(q.shape, dtype)
     if row_active is not None:
         keep = jnp.concatenate([jnp.ones((ng,), dtype), row_active.astype(dtype)])

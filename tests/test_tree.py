@@ -10,6 +10,7 @@ import pathlib
 import re
 import warnings
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -271,6 +272,39 @@ def test_a_ball_joints_step_is_finite_and_differentiable_at_rest():
     q1 = lambda v: tree_fns.advance(scene.bodies, scene.state.q, v, 0.01, scene.system.params)
     assert np.all(np.isfinite(np.asarray(jax.jacfwd(q1)(jnp.zeros(3)))))
     np.testing.assert_allclose(np.asarray(jax.jacfwd(q1)(jnp.zeros(3)))[1:], 0.005 * np.eye(3), rtol=0, atol=1e-15)
+
+
+FRICTIONLOSS_XML = """
+<mujoco><option timestep="0.01" gravity="0 0 0"/><worldbody><body>
+  <joint name="h" type="hinge" axis="0 0 1" frictionloss="2.0"/>
+  <geom type="capsule" fromto="0 0 0 0.5 0 0" size="0.05" mass="1"/>
+</body></worldbody><actuator><motor joint="h" gear="1"/></actuator></mujoco>"""
+
+
+def test_a_hinges_frictionloss_holds_below_its_bound_and_subtracts_above_it():
+    """A hinge with frictionloss f = 2 N m driven by a constant torque for 0.5 s: at 1.5 N m it does not move (to
+    1e-12; MuJoCo's regularized friction lets it creep); at 3 N m it accelerates at (tau - f) / I and follows
+    MuJoCo's Euler steps to 1e-8. The final rate's gradient with respect to f is -t / I."""
+    scene = _load(FRICTIONLOSS_XML)
+    assert scene.bodies.frictionloss == (0,) and scene.bodies.friction_rows() == (("h", 0, 0),)
+    steps = 50
+    run = jax.jit(lambda system, tau: rbd.simulate(system, scene.state, dt=scene.dt, steps=steps, controls=tau))
+    I = float(tree_fns.mass_matrix(scene.bodies, scene.state.q, scene.system.params)[0, 0])
+    held = run(scene.system, jnp.full((steps, 1), 1.5))
+    assert bool(held.stats.converged.all()) and np.abs(np.asarray(held.q)).max() <= 1e-12
+    np.testing.assert_allclose(np.asarray(held.impulses.friction)[:, 0, 0], -1.5 * scene.dt, rtol=1e-12)
+    u = jnp.full((steps, 1), 3.0)
+    slipping = run(scene.system, u)
+    t = steps * scene.dt
+    np.testing.assert_allclose(float(slipping.v[-1, 0]), (3.0 - 2.0) / I * t, rtol=1e-12)
+    theirs, _ = _mujoco_rollout(FRICTIONLOSS_XML, np.asarray(u), keyframe=False)
+    np.testing.assert_allclose(np.asarray(slipping.q), theirs, rtol=0, atol=EULER_TOL)
+
+    def final_rate(f):
+        system = eqx.tree_at(lambda s: s.params.frictionloss, scene.system, jnp.array([f]))
+        return run(system, u).v[-1, 0]
+
+    np.testing.assert_allclose(float(jax.grad(final_rate)(2.0)), -t / I, rtol=1e-8)
 
 
 IMPULSE_FLOOR = 1e-9  # N s: a contact impulse above it counts as a contact in jaxrbd's step

@@ -83,6 +83,8 @@ class TreeParams(eqx.Module):
         stiffness: (nj,) hinge and slide springs, about `springref` (nq,).
         lower, upper: (nj,) joint ranges (+-inf without a stop).
         stop_restitution: (nj,) the restitution of a joint's range stops.
+        frictionloss: (nv,) each degree of freedom's dry friction (MuJoCo's
+            frictionloss, a force or torque), on the dofs of `Tree.frictionloss`.
         actuators: the `ActuatorParams`, or None without actuators.
         control: (nu,) the controls (zeros as built; `simulate(controls=...)` sets
             them in every step), or None.
@@ -105,6 +107,7 @@ class TreeParams(eqx.Module):
     lower: jax.Array
     upper: jax.Array
     stop_restitution: jax.Array
+    frictionloss: Any = None
     actuators: Any = None
     control: Any = None
     shapes: Any = None
@@ -130,6 +133,9 @@ class Tree:
         damped: whether some degree of freedom has a damper (`system.passive`).
         frictionless: the geometry's candidate contacts without friction (MuJoCo's
             condim 1): no friction rows in the step (`Contacts.frictional`).
+        frictionloss: the degrees of freedom with dry friction: each is an entry of
+            the contact record after the geometry's (`Contacts.dry`), its friction
+            impulse bounded by frictionloss h, the rigid form of MuJoCo's frictionloss.
     """
 
     names: tuple
@@ -143,6 +149,7 @@ class Tree:
     actuators: tuple = ()
     damped: bool = False
     frictionless: tuple = ()
+    frictionloss: tuple = ()
 
     # What the rest of jaxrbd asks of a body model.
     dim = 3
@@ -188,11 +195,25 @@ class Tree:
         """(nl,) the restitution of each range stop (`limits`)."""
         return params.stop_restitution[np.array([j for j, _ in self.limits], int)]
 
+    @property
+    def geometry_size(self):
+        """The number of the contact record's entries from the geometry (a broad phase's slots, or every candidate)."""
+        if self.geometry is None:
+            return 0
+        return sum((len(g.index_a) if g.slots is None else g.slots) * g.capacity for g in self.geometry.groups)
+
+    def friction_rows(self):
+        """((joint name, dof, record index), ...): where each dry-friction entry sits in the contact record (its
+        friction impulse is `traj.impulses.friction[..., index, 0]`)."""
+        joint = {}
+        for name, jtype, _, _, d in self.joints:
+            joint.update({i: name for i in range(d, d + JOINT_DOFS[jtype])})
+        nc = self.geometry_size
+        return tuple((joint[d], d, nc + k) for k, d in enumerate(self.frictionloss))
+
     def limit_rows(self):
         """((joint name, "lower" | "upper", record index), ...): where each stop sits in the contact record."""
-        nc = 0 if self.geometry is None else len(self.geometry.pair_names)
-        if self.geometry is not None and self.geometry.dynamic:
-            nc = sum((len(g.index_a) if g.slots is None else g.slots) * g.capacity for g in self.geometry.groups)
+        nc = self.geometry_size + len(self.frictionloss)
         return tuple(
             (self.joints[j][0], "lower" if side > 0 else "upper", nc + k) for k, (j, side) in enumerate(self.limits)
         )
@@ -674,9 +695,43 @@ def contacts(tree, q, params, mu=None, restitution=None):
         geo["frictional"] = jnp.asarray(table)[geo["index"]] if g.dynamic else table[geo["index"]]
     else:
         geo = _no_contacts(dtype, tree.nv)
+    if tree.frictionloss:
+        geo = _append_dry(tree, geo, params)
     if nl:
         geo = _append_stops(tree, geo, q, params)
     return Contacts(**geo, nv=tree.nv, tangents=2, torsion=True, limits=nl)
+
+
+def _append_dry(tree, record, params):
+    """The record with the dry-friction entries appended: no normal row (`Contacts.dry`), the friction row t the
+    dof's rate, o and the torsion zero, the bound params.frictionloss of the dof."""
+    dtype, d = record["gap"].dtype, np.array(tree.frictionloss, int)
+    nf, nc = d.shape[0], record["gap"].shape[0]
+    rows = np.zeros((nf, 4, tree.nv))
+    rows[np.arange(nf), 1, d] = 1.0
+    world = 0 if tree.geometry is None else tree.geometry.nbodies
+    index = np.arange(nf) + (0 if tree.geometry is None else len(tree.geometry.pair_names))
+    cat = jnp.concatenate
+    join = lambda x, y: np.concatenate([x, y]) if isinstance(x, np.ndarray) else cat([x, jnp.asarray(y)])
+    zeros3 = jnp.zeros((nf, 3), dtype)
+    return dict(
+        gap=cat([record["gap"], jnp.ones((nf,), dtype)]),
+        active=cat([record["active"], jnp.ones((nf,), bool)]),
+        mu=cat([record["mu"], jnp.zeros((nf,), dtype)]),
+        restitution=cat([record["restitution"], jnp.zeros((nf,), dtype)]),
+        index=join(record["index"], index),
+        rows=cat([record["rows"], jnp.asarray(rows, dtype)]),
+        body_a=join(record["body_a"], np.full(nf, world)),
+        body_b=join(record["body_b"], np.full(nf, world)),
+        point=cat([record["point"], zeros3]),
+        normal=cat([record["normal"], zeros3]),
+        tangent=cat([record["tangent"], zeros3]),
+        bitangent=cat([record["bitangent"], zeros3]),
+        overflow=record["overflow"],
+        frictional=join(record["frictional"], np.ones(nf, bool)),
+        dry=np.concatenate([np.zeros(nc, bool), np.ones(nf, bool)]),
+        dry_friction=cat([jnp.zeros((nc,), dtype), params.frictionloss[d].astype(dtype)]),
+    )
 
 
 def _no_contacts(dtype, nv):
@@ -711,11 +766,18 @@ def _append_stops(tree, record, q, params):
     rows = np.zeros((nl, 4, tree.nv))
     rows[np.arange(nl), 0, d] = side
     world = 0 if tree.geometry is None else tree.geometry.nbodies
-    index = np.arange(nl) + (0 if tree.geometry is None else len(tree.geometry.pair_names))
+    index = np.arange(nl) + len(tree.frictionloss) + (0 if tree.geometry is None else len(tree.geometry.pair_names))
     cat = jnp.concatenate
     join = lambda x, y: np.concatenate([x, y]) if isinstance(x, np.ndarray) else cat([x, jnp.asarray(y)])
     zeros3 = jnp.zeros((nl, 3), dtype)
+    extra = {}
+    if record.get("dry") is not None:
+        extra = dict(
+            dry=np.concatenate([record["dry"], np.zeros(nl, bool)]),
+            dry_friction=cat([record["dry_friction"], jnp.zeros((nl,), dtype)]),
+        )
     return dict(
+        **extra,
         gap=cat([record["gap"], gap]),
         active=cat([record["active"], jnp.ones((nl,), bool)]),
         mu=cat([record["mu"], jnp.zeros((nl,), dtype)]),

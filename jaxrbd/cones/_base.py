@@ -47,7 +47,7 @@ class Cone(eqx.Module):
         """The length of z for nc contacts and ng joint rows."""
 
     @abc.abstractmethod
-    def build(self, M, N, T, mu, b, *, bn=None, active=None, J=None, bj=None, frictional=None):
+    def build(self, M, N, T, mu, b, *, bn=None, active=None, J=None, bj=None, frictional=None, dry=None):
         """The step problem.
 
         Args:
@@ -57,6 +57,9 @@ class Cone(eqx.Module):
             frictional: (nc,) bool or None: the contacts with friction
             (`Contacts.frictional`); the polyhedral cone decouples the others'
             friction unknowns at zero, the smooth cones read friction from mu alone.
+            dry: None, or (mask (nc,) bool, bound (nc,)): the contacts that are a
+            joint's dry friction (`Contacts.dry`), without a normal row and with
+            their friction impulse bounded by `bound`; the polyhedral cone only.
             mu: (nc,) friction coefficients.
             b: (nv,) free velocity.
             bn: (nc,) offsets of the normal rows; active: (nc,) bool, the contacts in

@@ -170,8 +170,12 @@ class PerContactCone(Cone):
     def size(self, nc, ng):
         return self._layout(nc, ng).size
 
-    def build(self, M, N, T, mu, b, *, bn=None, active=None, J=None, bj=None, frictional=None):
+    def build(self, M, N, T, mu, b, *, bn=None, active=None, J=None, bj=None, frictional=None, dry=None):
         """The mixed NCP of one step; the arguments are those of the single cones' `build`."""
+        if dry is not None:
+            raise NotImplementedError(
+                f"{type(self).__name__}: joint dry friction (MJCF frictionloss) needs the polyhedral cone"
+            )
         nc, d, nv = T.shape
         dtype = T.dtype
         J = jnp.zeros((nv, 0), dtype) if J is None else J

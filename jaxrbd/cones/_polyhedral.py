@@ -287,7 +287,7 @@ class PolyhedralCone(Cone):
         L = L.at[:, k + 1, 1 : k + 1].set(-1.0)
         return K, L
 
-    def build(self, M, N, T, mu, b, *, bn=None, active=None, J=None, bj=None, frictional=None):
+    def build(self, M, N, T, mu, b, *, bn=None, active=None, J=None, bj=None, frictional=None, dry=None):
         """The step problem from the contact rows; see `jaxrbd.friction_lcp` for the arguments.
 
         T: (nc, d, nv) the rows t, o (, r) of each contact; active: (nc,) bool;
@@ -301,15 +301,19 @@ class PolyhedralCone(Cone):
         rubbing = self._rubbing(nc)
         idx = np.array(rubbing, int)
         D = jnp.einsum("kd,cd,cdv->vck", U, scale[idx], T[idx]).reshape(T.shape[-1], len(rubbing) * self.k)
-        mask = None
-        if active is not None or frictional is not None or self.frictionless:
+        mask = bl = None
+        if active is not None or frictional is not None or self.frictionless or dry is not None:
             on = jnp.ones((nc,), bool) if active is None else active
             rub = on if frictional is None else on & frictional
             if self.frictionless:
                 rub = rub & jnp.asarray(np.isin(np.arange(nc), idx))
-            mask = jnp.concatenate([on, jnp.repeat(rub[idx], self.k), rub])
+            normal = on
+            if dry is not None:  # a joint's dry friction: no normal row, the cone row bounded by its own constant
+                normal = on & ~dry[0]
+                bl = jnp.where(dry[0], dry[1], 0.0).astype(T.dtype)
+            mask = jnp.concatenate([normal, jnp.repeat(rub[idx], self.k), rub])
         counts = tuple(self.k if i in set(rubbing) else 0 for i in range(nc))
-        lcp = friction_lcp(M, N, D, mu, counts, b, bn=bn, row_active=mask, J=J, bj=bj)
+        lcp = friction_lcp(M, N, D, mu, counts, b, bn=bn, row_active=mask, J=J, bj=bj, bl=bl)
         return PolyhedralProblem(lcp, U, scale, T, None if not self.frictionless else rubbing)
 
 

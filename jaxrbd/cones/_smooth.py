@@ -131,7 +131,7 @@ class _SmoothCone(Cone):
 
     torsion_box = False
 
-    def build(self, M, N, T, mu, b, *, bn=None, active=None, J=None, bj=None, frictional=None):
+    def build(self, M, N, T, mu, b, *, bn=None, active=None, J=None, bj=None, frictional=None, dry=None):
         """The mixed NCP of one step from the contact rows (see the module docstring).
 
         Args:
@@ -140,6 +140,10 @@ class _SmoothCone(Cone):
             bn: (nc,) offsets of the normal rows; active: (nc,) bool mask.
             J: (nv, ng) joint rows; bj: (ng,) their offsets.
         """
+        if dry is not None:
+            raise NotImplementedError(
+                f"{type(self).__name__}: joint dry friction (MJCF frictionloss) needs the polyhedral cone"
+            )
         nc, d, nv = T.shape
         dtype = T.dtype
         J = jnp.zeros((nv, 0), dtype) if J is None else J

@@ -46,9 +46,11 @@ def load_mjcf(source, *, keyframe=None, directions=None, friction=None, broadpha
       coordinates: q = qpos, v = qvel, `to_mujoco_qpos` and `from_mujoco_qpos` are
       identities;
     - armature (in M), damping (implicit, as MuJoCo's Euler integrator), hinge and
-      slide springs about `springref`, and `range` of limited hinges and slides as
-      frictionless unilateral stops on the coordinate (their impulses at the end of
-      `traj.impulses.normal`, `scene.bodies.limit_rows()`);
+      slide springs about `springref`, `frictionloss` as dry friction on each dof
+      (a friction row bounded by frictionloss h, `scene.bodies.friction_rows()`),
+      and `range` of limited hinges and slides as frictionless unilateral stops on
+      the coordinate (their impulses at the end of `traj.impulses.normal`,
+      `scene.bodies.limit_rows()`);
     - actuators with a joint transmission on hinges and slides, without activation
       dynamics, with a fixed gain and an affine bias (motors, position and velocity
       servos): force = gain clip(ctrl) + bias . (1, gear q, gear v), clipped to
@@ -58,8 +60,8 @@ def load_mjcf(source, *, keyframe=None, directions=None, friction=None, broadpha
       rule; plane, sphere, capsule, box and mesh (as its convex hull) geoms.
     Refused by name: equality constraints, explicit `<pair>` contacts, limited ball
     joints, other actuators, flexes, cylinder, ellipsoid and height-field geoms
-    that collide. Listed in one warning: tendons, sensors, frictionloss, stiffness
-    of ball and free joints, solref/solimp, margins, condim > 3 and fluid forces.
+    that collide. Listed in one warning: tendons, sensors, stiffness of ball and
+    free joints, solref/solimp, margins, condim > 3 and fluid forces.
 
     In maximal coordinates, see `jaxrbd.mjcf._maximal.load_maximal` for the mapping.
 

@@ -10,7 +10,7 @@ import jax
 import numpy as np
 
 from ..bodies import SceneBuilder
-from ..bodies._tree import JOINT_DOFS, ActuatorParams, Tree, TreeParams
+from ..bodies._tree import ActuatorParams, Tree, TreeParams
 from ..cones import PolyhedralCone
 from ..model import State
 from ._common import (
@@ -143,6 +143,7 @@ def load_tree(m, mujoco, *, keyframe, directions, friction, broadphase):
         lower=a(np.asarray(lower, float)),
         upper=a(np.asarray(upper, float)),
         stop_restitution=a(np.zeros(m.njnt)),
+        frictionloss=a(m.dof_frictionloss),
         actuators=actuator_params,
         control=None if not actuators else a(np.zeros(len(actuators))),
         shapes=shapes,
@@ -159,12 +160,14 @@ def load_tree(m, mujoco, *, keyframe, directions, friction, broadphase):
         actuators=tuple(actuators),
         damped=bool(np.any(m.dof_damping != 0)),
         frictionless=frictionless,
+        frictionloss=tuple(int(d) for d in np.flatnonzero(m.dof_frictionloss > 0)),
     )
     if ignored:
         warnings.warn("load_mjcf ignores these MJCF elements: " + "; ".join(ignored), stacklevel=3)
     if friction is None:  # MuJoCo's pyramid; no friction unknowns on the stops and the pairs of condim 1
         fixed, record_size = _frictionless_slots(geometry, frictionless)
-        cone = PolyhedralCone(directions, frictionless=fixed + tuple(record_size + k for k in range(len(limits))))
+        stops = record_size + len(tree.frictionloss)  # the dry-friction entries come before the stops
+        cone = PolyhedralCone(directions, frictionless=fixed + tuple(stops + k for k in range(len(limits))))
     system = tree.system(params, mu, restitution, directions, cone)
     state = State(a(0.0), a(qpos), a(qvel))
     return system, state, tree, tuple(name for name, _ in actuators)
@@ -204,8 +207,6 @@ def _ignored(m, mujoco, joint_name):
         "mocap (held static at their initial pose) bodies",
         [_name(m, mujoco, obj.mjOBJ_BODY, i, "body") for i in range(m.nbody) if m.body_mocapid[i] >= 0],
     )
-    dofs = lambda j: slice(m.jnt_dofadr[j], m.jnt_dofadr[j] + JOINT_DOFS[int(m.jnt_type[j])])
-    ignore("frictionloss of joints", [joint_name(j) for j in range(m.njnt) if np.any(m.dof_frictionloss[dofs(j)])])
     ignore(
         "stiffness of ball and free joints",
         [joint_name(j) for j in range(m.njnt) if m.jnt_type[j] in (BALL, FREE) and m.jnt_stiffness[j]],

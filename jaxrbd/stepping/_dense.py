@@ -34,7 +34,7 @@ def _solve_at(
     `impact` (an `Impact`) gives the Newton rows of the colliding contacts.
     """
     bn = _normal_offsets(system, contacts, motion, dt, position_level, q0=q0, qhat=qhat, impact=impact)
-    prob = step_problem(cone, contacts, motion.M, J, motion.v_free, bn=bn, active=active, bj=bj)
+    prob = step_problem(cone, contacts, motion.M, J, motion.v_free, dt, bn=bn, active=active, bj=bj)
     sol = solve(prob.problem, solver=solver, z0=z0, grad_smoothing=smoothing)
     return prob, sol, prob.velocity(sol.z)
 
@@ -67,7 +67,7 @@ def step_problem_at(system, state, dt, *, scheme, cone):
     active = step_active(system, contacts, q, v, dt, scheme.delta)
     bn = _normal_offsets(system, contacts, motion, dt, scheme.position_level)
     bj = _joint_offsets(system, contacts, q, v, dt)
-    return step_problem(cone, contacts, motion.M, J, motion.v_free, bn=bn, active=active, bj=bj), motion
+    return step_problem(cone, contacts, motion.M, J, motion.v_free, dt, bn=bn, active=active, bj=bj), motion
 
 
 def _joint_offsets(system, contacts, q, v, dt):

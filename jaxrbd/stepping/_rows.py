@@ -10,10 +10,15 @@ def default_cone(system, contacts):
     return PlanarCone() if contacts.tangents == 1 else PolyhedralCone(system.directions)
 
 
-def step_problem(cone, contacts, M, J, b, **kwargs):
+def step_problem(cone, contacts, M, J, b, dt=None, **kwargs):
     """The cone's problem (`cone.build`) from the record's rows, the mass matrix M and the joint rows J (ng, nv).
 
+    dt: the step, which bounds a joint's dry friction impulse by its force times dt (`Contacts.dry`); None
+    (an impact phase, which takes no time) bounds it by 0.
     kwargs: `bn` (normal-row offsets) and `active` (the contacts in the problem).
     """
     T = contacts.friction_rows(cone.dim)
-    return cone.build(M, contacts.J_n.T, T, contacts.mu, b, J=J.T, frictional=contacts.frictional, **kwargs)
+    dry = None
+    if contacts.dry is not None:
+        dry = (contacts.dry, contacts.dry_friction * (0.0 if dt is None else dt))
+    return cone.build(M, contacts.J_n.T, T, contacts.mu, b, J=J.T, frictional=contacts.frictional, dry=dry, **kwargs)
