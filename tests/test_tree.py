@@ -307,6 +307,25 @@ def test_a_hinges_frictionloss_holds_below_its_bound_and_subtracts_above_it():
     np.testing.assert_allclose(float(jax.grad(final_rate)(2.0)), -t / I, rtol=1e-8)
 
 
+def test_a_sweep_over_frictionloss_holds_the_lanes_below_it_and_slips_the_others():
+    """`rbd.sweep` over f = 1, 2.5, 4 N m with a 3 N m drive: the lanes above the drive hold, the one below
+    accelerates at (tau - f) / I, every lane converged."""
+    scene = _load(FRICTIONLOSS_XML)
+    steps, tau = 20, 3.0
+    I = float(tree_fns.mass_matrix(scene.bodies, scene.state.q, scene.system.params)[0, 0])
+
+    def final_rate(f):
+        system = eqx.tree_at(lambda s: s.params.frictionloss, scene.system, f[None])
+        traj = rbd.simulate(system, scene.state, dt=scene.dt, steps=steps, controls=jnp.full((steps, 1), tau))
+        return traj.v[-1, 0], traj.stats.converged.all()
+
+    f = jnp.array([1.0, 2.5, 4.0])
+    rate, converged = rbd.sweep(final_rate, f)
+    assert bool(converged.all())
+    expected = np.maximum(tau - np.asarray(f), 0.0) / I * steps * scene.dt
+    np.testing.assert_allclose(np.asarray(rate), expected, rtol=1e-12, atol=1e-12)
+
+
 IMPULSE_FLOOR = 1e-9  # N s: a contact impulse above it counts as a contact in jaxrbd's step
 
 
