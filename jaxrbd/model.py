@@ -91,7 +91,7 @@ class System(eqx.Module):
             for systems given by their functions.
         bias_force: ``(q, v, params) -> (nv,)`` the Coriolis, centrifugal and
             gravitational force together, k(q, v) - G^T grad V(q), in one pass
-            (kinematic trees: recursive Newton-Euler, `jaxrbd.bodies.tree_bias_force`);
+            (kinematic trees: recursive Newton-Euler, `jaxrbd.bodies._tree.bias_force`);
             None derives it from `coriolis_force` (or M) and `potential`, which
             stays the energy's potential either way.
         advance: ``(q, v, h, params) -> q+``: the configuration after moving at the

@@ -300,7 +300,11 @@ class PolyhedralCone(Cone):
         U = jnp.asarray(self.U, T.dtype)
         rubbing = self._rubbing(nc)
         idx = np.array(rubbing, int)
-        D = jnp.einsum("kd,cd,cdv->vck", U, scale[idx], T[idx]).reshape(T.shape[-1], len(rubbing) * self.k)
+        if self.frictionless:  # only the contacts with friction unknowns get directions
+            scale_r, T_r = scale[idx], T[idx]
+        else:
+            scale_r, T_r = scale, T
+        D = jnp.einsum("kd,cd,cdv->vck", U, scale_r, T_r).reshape(T.shape[-1], len(rubbing) * self.k)
         mask = bl = None
         if active is not None or frictional is not None or self.frictionless or dry is not None:
             on = jnp.ones((nc,), bool) if active is None else active
@@ -311,8 +315,9 @@ class PolyhedralCone(Cone):
             if dry is not None:  # a joint's dry friction: no normal row, the cone row bounded by its own constant
                 normal = on & ~dry[0]
                 bl = jnp.where(dry[0], dry[1], 0.0).astype(T.dtype)
-            mask = jnp.concatenate([normal, jnp.repeat(rub[idx], self.k), rub])
-        counts = tuple(self.k if i in set(rubbing) else 0 for i in range(nc))
+            mask = jnp.concatenate([normal, jnp.repeat(rub[idx] if self.frictionless else rub, self.k), rub])
+        has = set(rubbing)
+        counts = tuple(self.k if i in has else 0 for i in range(nc))
         lcp = friction_lcp(M, N, D, mu, counts, b, bn=bn, row_active=mask, J=J, bj=bj, bl=bl)
         return PolyhedralProblem(lcp, U, scale, T, None if not self.frictionless else rubbing)
 
