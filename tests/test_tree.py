@@ -384,3 +384,7 @@ def test_a_tree_loads_with_mujocos_state_and_names_what_it_refuses():
     )
     with pytest.raises(NotImplementedError, match="equality constraints"):
         _load(closed)
+    ball_motor = """<mujoco><worldbody><body><joint name="b" type="ball"/><geom type="sphere" size="0.1"/></body>
+                    </worldbody><actuator><motor name="m" joint="b" gear="1 0 0 0 0 0"/></actuator></mujoco>"""
+    with pytest.raises(NotImplementedError, match="actuator 'm'.*coordinates='maximal'"):
+        _load(ball_motor)

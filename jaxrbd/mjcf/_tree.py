@@ -98,8 +98,9 @@ def load_tree(m, mujoco, *, keyframe, directions, friction, broadphase):
         )
         if not supported:
             refuse(
-                f"actuator {name!r}: only actuators on hinge and slide joints without activation dynamics, with a "
-                "fixed gain and an affine bias (motor, position, velocity) are supported"
+                f"actuator {name!r}: in joint coordinates only actuators on hinge and slide joints without activation "
+                "dynamics, with a fixed gain and an affine bias (motor, position, velocity) are supported; "
+                "coordinates='maximal' also takes <motor> actuators on ball joints"
             )
         actuators.append((name, j))
         gear.append(m.actuator_gear[u, 0])
