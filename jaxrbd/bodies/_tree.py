@@ -705,33 +705,11 @@ def contacts(tree, q, params, mu=None, restitution=None):
 def _append_dry(tree, record, params):
     """The record with the dry-friction entries appended: no normal row (`Contacts.dry`), the friction row t the
     dof's rate, o and the torsion zero, the bound params.frictionloss of the dof."""
-    dtype, d = record["gap"].dtype, np.array(tree.frictionloss, int)
-    nf, nc = d.shape[0], record["gap"].shape[0]
-    rows = np.zeros((nf, 4, tree.nv))
-    rows[np.arange(nf), 1, d] = 1.0
-    world = 0 if tree.geometry is None else tree.geometry.nbodies
-    index = np.arange(nf) + (0 if tree.geometry is None else len(tree.geometry.pair_names))
-    cat = jnp.concatenate
-    join = lambda x, y: np.concatenate([x, y]) if isinstance(x, np.ndarray) else cat([x, jnp.asarray(y)])
-    zeros3 = jnp.zeros((nf, 3), dtype)
-    return dict(
-        gap=cat([record["gap"], jnp.ones((nf,), dtype)]),
-        active=cat([record["active"], jnp.ones((nf,), bool)]),
-        mu=cat([record["mu"], jnp.zeros((nf,), dtype)]),
-        restitution=cat([record["restitution"], jnp.zeros((nf,), dtype)]),
-        index=join(record["index"], index),
-        rows=cat([record["rows"], jnp.asarray(rows, dtype)]),
-        body_a=join(record["body_a"], np.full(nf, world)),
-        body_b=join(record["body_b"], np.full(nf, world)),
-        point=cat([record["point"], zeros3]),
-        normal=cat([record["normal"], zeros3]),
-        tangent=cat([record["tangent"], zeros3]),
-        bitangent=cat([record["bitangent"], zeros3]),
-        overflow=record["overflow"],
-        frictional=join(record["frictional"], np.ones(nf, bool)),
-        dry=np.concatenate([np.zeros(nc, bool), np.ones(nf, bool)]),
-        dry_friction=cat([jnp.zeros((nc,), dtype), params.frictionloss[d].astype(dtype)]),
-    )
+    d = np.array(tree.frictionloss, int)
+    rows = np.zeros((d.shape[0], 4, tree.nv))
+    rows[np.arange(d.shape[0]), 1, d] = 1.0
+    gap = jnp.ones(d.shape, record["gap"].dtype)  # unread: the entries have no normal row
+    return _append(tree, record, gap, rows, params.frictionloss[d], frictional=True, dry=True)
 
 
 def _no_contacts(dtype, nv):
@@ -756,43 +734,49 @@ def _no_contacts(dtype, nv):
 
 def _append_stops(tree, record, q, params):
     """The record with the range stops appended: gap = q - lower (side +1) or upper - q, normal row side e_dof."""
-    dtype, nl = q.dtype, len(tree.limits)
     j = np.array([i for i, _ in tree.limits], int)
     side = np.array([s for _, s in tree.limits], float)
     a = np.array([tree.joints[i][3] for i in j], int)
     d = np.array([tree.joints[i][4] for i in j], int)
-    value = q[a]
-    gap = jnp.where(side > 0, value - params.lower[j], params.upper[j] - value)
-    rows = np.zeros((nl, 4, tree.nv))
-    rows[np.arange(nl), 0, d] = side
+    gap = jnp.where(side > 0, q[a] - params.lower[j], params.upper[j] - q[a])
+    rows = np.zeros((j.shape[0], 4, tree.nv))
+    rows[np.arange(j.shape[0]), 0, d] = side
+    return _append(tree, record, gap, rows, params.stop_restitution[j], frictional=False, dry=False)
+
+
+def _append(tree, record, gap, rows, value, *, frictional, dry):
+    """The record with n entries of the world appended (dry friction or range stops): their gaps (n,), rows
+    (n, 4, nv) and per-entry values (n,), the dry-friction bounds (dry) or the stops' restitution; mu 0."""
+    dtype, n, nc = gap.dtype, gap.shape[0], record["gap"].shape[0]
     world = 0 if tree.geometry is None else tree.geometry.nbodies
-    index = np.arange(nl) + len(tree.frictionloss) + (0 if tree.geometry is None else len(tree.geometry.pair_names))
+    candidates = 0 if tree.geometry is None else len(tree.geometry.pair_names)  # the entries' index goes on from them
     cat = jnp.concatenate
     join = lambda x, y: np.concatenate([x, y]) if isinstance(x, np.ndarray) else cat([x, jnp.asarray(y)])
-    zeros3 = jnp.zeros((nl, 3), dtype)
-    extra = {}
-    if record.get("dry") is not None:
-        extra = dict(
-            dry=np.concatenate([record["dry"], np.zeros(nl, bool)]),
-            dry_friction=cat([record["dry_friction"], jnp.zeros((nl,), dtype)]),
-        )
-    return dict(
-        **extra,
+    zeros, zeros3 = jnp.zeros((n,), dtype), jnp.zeros((n, 3), dtype)
+    value = jnp.asarray(value, dtype)
+    out = dict(
         gap=cat([record["gap"], gap]),
-        active=cat([record["active"], jnp.ones((nl,), bool)]),
-        mu=cat([record["mu"], jnp.zeros((nl,), dtype)]),
-        restitution=cat([record["restitution"], params.stop_restitution[j].astype(dtype)]),
-        index=join(record["index"], index),
+        active=cat([record["active"], jnp.ones((n,), bool)]),
+        mu=cat([record["mu"], zeros]),
+        restitution=cat([record["restitution"], zeros if dry else value]),
+        index=join(record["index"], np.arange(n) + candidates + nc - tree.geometry_size),
         rows=cat([record["rows"], jnp.asarray(rows, dtype)]),
-        body_a=join(record["body_a"], np.full(nl, world)),
-        body_b=join(record["body_b"], np.full(nl, world)),
+        body_a=join(record["body_a"], np.full(n, world)),
+        body_b=join(record["body_b"], np.full(n, world)),
         point=cat([record["point"], zeros3]),
         normal=cat([record["normal"], zeros3]),
         tangent=cat([record["tangent"], zeros3]),
         bitangent=cat([record["bitangent"], zeros3]),
         overflow=record["overflow"],
-        frictional=join(record["frictional"], np.zeros(nl, bool)),
+        frictional=join(record["frictional"], np.full(n, frictional)),
     )
+    if dry or record.get("dry") is not None:
+        out["dry"] = np.concatenate(
+            [np.zeros(nc, bool) if record.get("dry") is None else record["dry"], np.full(n, dry)]
+        )
+        before = jnp.zeros((nc,), dtype) if record.get("dry") is None else record["dry_friction"]
+        out["dry_friction"] = cat([before, value if dry else zeros])
+    return out
 
 
 def _gaps(tree, q, params):

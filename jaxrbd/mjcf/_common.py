@@ -147,3 +147,19 @@ def set_pairs(builder, m, pairs, collide, geom_name, refuse):
         if all(max(m.geom_condim[g1], m.geom_condim[g2]) == 1 for g1, g2 in geom_pairs):
             frictionless.add(key)
     return frictionless
+
+
+def refuse(what):
+    """NotImplementedError naming what a model file holds that jaxrbd does not simulate."""
+    raise NotImplementedError(f"load_mjcf: {what}")
+
+
+def refuse_unsupported(m, mujoco):
+    """Refuse, by name, what neither body model has: equality constraints, explicit pairs, flexes."""
+    if m.neq:
+        names = [_name(m, mujoco, mujoco.mjtObj.mjOBJ_EQUALITY, e, "equality") for e in range(m.neq)]
+        refuse(f"equality constraints (closed loops, connect, weld) are not supported: {names}")
+    if m.npair:
+        refuse(f"explicit <contact><pair> elements are not supported: {m.npair} pair(s)")
+    if m.nflex:
+        refuse("flex (deformable) elements are not supported")

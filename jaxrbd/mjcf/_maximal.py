@@ -43,6 +43,8 @@ from ._common import (
     _mujoco,
     _name,
     _shape,
+    refuse,
+    refuse_unsupported,
     set_pairs,
 )
 
@@ -355,17 +357,7 @@ def load_maximal(m, *, keyframe=None, directions=8, friction=None, broadphase=No
     body_name = lambda i: _name(m, mujoco, obj.mjOBJ_BODY, i, "body")
     geom_name = lambda g: _name(m, mujoco, obj.mjOBJ_GEOM, g, "geom")
     joint_name = lambda j: _name(m, mujoco, obj.mjOBJ_JOINT, j, "joint")
-
-    def refuse(what):
-        raise NotImplementedError(f"load_mjcf: {what}")
-
-    if m.neq:
-        names = [_name(m, mujoco, obj.mjOBJ_EQUALITY, e, "equality") for e in range(m.neq)]
-        refuse(f"equality constraints are not supported (would change the motion): {names}")
-    if m.npair:
-        refuse(f"explicit <contact><pair> elements are not supported: {m.npair} pair(s)")
-    if m.nflex:
-        refuse("flex (deformable) elements are not supported")
+    refuse_unsupported(m, mujoco)
 
     ignored = []
 

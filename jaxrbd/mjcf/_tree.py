@@ -27,6 +27,8 @@ from ._common import (
     _mesh_vertices,
     _name,
     _shape,
+    refuse,
+    refuse_unsupported,
     set_pairs,
 )
 
@@ -52,17 +54,7 @@ def load_tree(m, mujoco, *, keyframe, directions, friction, broadphase):
     body_name = lambda i: _name(m, mujoco, obj.mjOBJ_BODY, i, "body")
     geom_name = lambda g: _name(m, mujoco, obj.mjOBJ_GEOM, g, "geom")
     joint_name = lambda j: _name(m, mujoco, obj.mjOBJ_JOINT, j, "joint")
-
-    def refuse(what):
-        raise NotImplementedError(f"load_mjcf: {what}")
-
-    if m.neq:
-        names = [_name(m, mujoco, obj.mjOBJ_EQUALITY, e, "equality") for e in range(m.neq)]
-        refuse(f"equality constraints (closed loops, connect, weld) are not supported: {names}")
-    if m.npair:
-        refuse(f"explicit <contact><pair> elements are not supported: {m.npair} pair(s)")
-    if m.nflex:
-        refuse("flex (deformable) elements are not supported")
+    refuse_unsupported(m, mujoco)
     qpos, qvel = _initial(m, mujoco, keyframe)
     data = mujoco.MjData(m)
     data.qpos[:] = qpos
