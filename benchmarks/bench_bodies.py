@@ -1,4 +1,4 @@
-"""Benchmark a scene of many bodies: `sphere_grid(n)` (issue 4).
+"""Benchmark a scene of many bodies: `sphere_grid(n)`.
 
 Compile time, steps per second for one environment, environment-steps per second
 for vmapped batches, and the gradient cost relative to the rollout.

@@ -1,4 +1,4 @@
-"""Benchmark the friction cones on the four-balls scene (P2, issue 5).
+"""Benchmark the friction cones on the four-balls scene (P2).
 
 For each cone: compile time, milliseconds per step of a jitted rollout (one
 environment), the largest complementarity residual over the run with the

@@ -1,4 +1,4 @@
-"""Long runs of resting scenes (issue 20 item 4): drift, energy change and quaternion error, with timings.
+"""Long runs of resting scenes: drift, energy change and quaternion error, with timings.
 
 Each scene starts in exact resting contact with zero velocity (no settling), so the
 exact motion is none: the table shows max over bodies and steps of |p(t) - p(0)|,

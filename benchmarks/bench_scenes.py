@@ -1,4 +1,4 @@
-"""The scene benchmark of issue 8: jaxrbd beside MuJoCo MJX (default and fast settings) and MuJoCo C.
+"""The scene benchmark: jaxrbd beside MuJoCo MJX (default and fast settings) and MuJoCo C.
 
 Scenes: sphere_grid(64), four_balls, the falling rod, a cube on an incline. Prints one
 table and writes it as JSON, then fits the cost per step against the number of

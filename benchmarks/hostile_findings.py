@@ -1,4 +1,4 @@
-"""The hostile suite's long profile (`tests/test_hostile.py`, issue 20), run outside pytest.
+"""The hostile suite's long profile (`tests/test_hostile.py`), run outside pytest.
 
 LONG_EXAMPLES scenes per scheme from every structure (with gradients) and
 LONG_RUN_EXAMPLES runs of LONG_RUN_STEPS steps per scheme, derandomized (the same

@@ -431,7 +431,7 @@ def chain(links=5, *, link_length=0.2, radius=0.02, mass=0.1, mu=0.5, height=0.0
 
 
 # ---------------------------------------------------------------------------------------------
-# Soft-finger and anisotropic friction (002 §4, issue 5).
+# Soft-finger and anisotropic friction (002 §4).
 
 
 def _soft_finger(friction, e_r):
@@ -516,7 +516,7 @@ def skate(mu_along=0.02, mu_across=0.6, *, velocity=(1.0, 0.0, 0.0), mass=1.0, g
 
 
 # ---------------------------------------------------------------------------------------------
-# Boxes on boxes (issue 17).
+# Boxes on boxes.
 
 
 def box_stack(

@@ -1129,7 +1129,7 @@ def _finish(problem, best, losses, gnorms, history, converged, start, best_step,
     )
 
 
-# --- The complementarity-violation loss (issue 18 item 3): no rollout --------------------------------
+# --- The complementarity-violation loss: no rollout --------------------------------
 
 
 def _smooth_cone(system, q):

@@ -1,4 +1,4 @@
-"""Issue 4: rigid bodies against the papers and exact solutions (four balls, incline, rolling ball)."""
+"""Rigid bodies against the papers and exact solutions (four balls, incline, rolling ball)."""
 
 import math
 import warnings

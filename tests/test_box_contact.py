@@ -1,4 +1,4 @@
-"""Issue 17: box-box, capsule-box and two-point capsule-capsule contact (`jaxrbd.geometry._boxes`).
+"""Box-box, capsule-box and two-point capsule-capsule contact (`jaxrbd.geometry._boxes`).
 
 Gaps are checked against brute-force references that share no code with the
 library: separated distances by bounded-variable least squares (scipy's BVLS,

@@ -1,4 +1,4 @@
-"""The `jaxrbd fit` command: a fit from a trajectory file, and clear errors for bad files (issue 7)."""
+"""The `jaxrbd fit` command: a fit from a trajectory file, and clear errors for bad files."""
 
 import json
 

@@ -1,4 +1,4 @@
-"""`jaxrbd fit --scene module:function` (issue 18 item 4): any scene factory, columns by coordinate, intervals."""
+"""`jaxrbd fit --scene module:function`: any scene factory, columns by coordinate, intervals."""
 
 import json
 import sys

@@ -1,4 +1,4 @@
-"""`import jaxrbd` turns JAX's persistent compilation cache on (issue 18), unless told not to.
+"""`import jaxrbd` turns JAX's persistent compilation cache on, unless told not to.
 
 Each case runs in a fresh interpreter: the cache is configured at import, once per process.
 """

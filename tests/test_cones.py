@@ -1,4 +1,4 @@
-"""Friction cones (issue 5): P3 spinning sphere, elliptic exactness, anisotropy, gradients, bad input.
+"""Friction cones: P3 spinning sphere, elliptic exactness, anisotropy, gradients, bad input.
 
 Exact solutions: the spinning sphere's omega_z falls with slope -5 g e_r mu / (2 r^2)
 (BENCHMARKS.md P3); a block sliding with an elliptic cone decelerates at mu g
@@ -20,8 +20,8 @@ from jaxrbd.cones import EllipticCone, MixedCone, PolyhedralCone, SoftFingerCone
 
 G = 9.81
 RESIDUAL_TOL = 1e-8
-EXACT_RTOL = 1e-8  # the P3 slope (issue 5)
-ELLIPTIC_RTOL = 1e-9  # friction magnitude and anisotropy (issue 5)
+EXACT_RTOL = 1e-8  # the P3 slope
+ELLIPTIC_RTOL = 1e-9  # friction magnitude and anisotropy
 ZERO_TOL = 1e-12  # the velocity components that must stay 0
 FD_RTOL = 1e-4
 P3_SLOPE = 1.962  # 5 g e_r mu / 2 with e_r = 0.4, mu = 0.2, r = 1

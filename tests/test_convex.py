@@ -1,4 +1,4 @@
-"""Issue 17: convex meshes (`jaxrbd.ConvexMesh`, `jaxrbd.geometry._convex`) against plane, sphere, capsule, box
+"""Convex meshes (`jaxrbd.ConvexMesh`, `jaxrbd.geometry._convex`) against plane, sphere, capsule, box
 and each other.
 
 Gaps are checked against a brute-force reference that shares no code with the

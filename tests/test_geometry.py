@@ -1,4 +1,4 @@
-"""Issue 4: closed-form contact geometry, frames and Jacobian rows, checked against exact formulas."""
+"""Closed-form contact geometry, frames and Jacobian rows, checked against exact formulas."""
 
 import dataclasses
 import itertools

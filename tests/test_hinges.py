@@ -1,4 +1,4 @@
-"""Hinge sequences (`SceneBuilder.add_hinges`, issue 17: MJCF bodies with two or three hinges, a humanoid's hips,
+"""Hinge sequences (`SceneBuilder.add_hinges`: MJCF bodies with two or three hinges, a humanoid's hips,
 waist and shoulders).
 
 Kinematics against the definition: a child turned by R(n_1, q_1) R(n_2, q_2) [R(n_3, q_3)] about the anchor

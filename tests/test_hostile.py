@@ -1,4 +1,4 @@
-"""Issue 20 item 3: property-based hostile scenes (hypothesis).
+"""Property-based hostile scenes (hypothesis).
 
 Random scenes of 1 to 8 bodies (spheres, capsules, boxes) on the ground plane z = 0:
 masses log-uniform in [1e-3, 1e3], mu in [0, 2] per body pair, one restitution e in

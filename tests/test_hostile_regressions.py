@@ -590,9 +590,9 @@ def test_the_light_box_step_that_lemke_and_newton_leave_unsolved_is_solved_on_it
     and Lemke refactors its tableau every 32 pivots: it solves this step on the
     whole (in 176 pivots; 393 with the slots in the old depth order). The chain must
     also solve the step as it failed: the slots in depth order, the LCP the same up
-    to that permutation. (On the CPU of stop 45, bare Lemke refactoring every 64
+    to that permutation. (On one CPU, bare Lemke refactoring every 64
     pivots ended on a ray there, residual 0.67, and the chain solved it through its
-    closing contacts; on the CPU of stop 46 bare Lemke solves it, so whether the
+    closing contacts; on another CPU bare Lemke solves it, so whether the
     closing-contacts path runs depends on the machine, and it is not asserted.)
     The state is the one that run reached (float.hex).
     """

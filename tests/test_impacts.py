@@ -1,4 +1,4 @@
-"""Impact laws against exact solutions: Newton and Poisson restitution (issue 6).
+"""Impact laws against exact solutions: Newton and Poisson restitution.
 
 Exact: a ball dropped from rest with Newton restitution e rebounds to e^2 times its
 drop height, every bounce (BENCHMARKS.md); the first apex e^2 h0 has derivative

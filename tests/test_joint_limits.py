@@ -1,4 +1,4 @@
-"""Joint ranges (hinge and slide stops as unilateral rows) and motors driven by `simulate(controls=...)` (issue 17).
+"""Joint ranges (hinge and slide stops as unilateral rows) and motors driven by `simulate(controls=...)`.
 
 Exact references: a body resting against a stop under gravity takes the impulse
 h m g L sin(phi) (a hinge) or h m g (a slide) per step; a constant motor torque

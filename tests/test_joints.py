@@ -1,4 +1,4 @@
-"""Bilateral joints against exact solutions: pendulum drift, period, wall strike, chain at rest (issue 6)."""
+"""Bilateral joints against exact solutions: pendulum drift, period, wall strike, chain at rest."""
 
 import functools
 import math

@@ -1,4 +1,4 @@
-"""Issue 20 item 4: long runs of resting scenes, 10^5 steps of h = 0.01 in float64.
+"""Long runs of resting scenes, 10^5 steps of h = 0.01 in float64.
 
 A box resting on the ground plane, a frictionless tower of three spheres of radius
 0.1 on top of each other (with friction the tower, an unstable equilibrium, falls

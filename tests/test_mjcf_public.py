@@ -1,4 +1,4 @@
-"""MJCF files written by others (issue 17): Gymnasium's MuJoCo models and MuJoCo's own convex-mesh test file,
+"""MJCF files written by others: Gymnasium's MuJoCo models and MuJoCo's own convex-mesh test file,
 loaded and stepped beside MuJoCo's C engine.
 
 The files in tests/data/gymnasium are Gymnasium 1.4.0's (MIT licence, in that folder), unchanged; those in

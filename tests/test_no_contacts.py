@@ -1,4 +1,4 @@
-"""Scenes with no contact pairs (issue 17): free flight, joints and stops alone, and an MJCF model whose geoms
+"""Scenes with no contact pairs: free flight, joints and stops alone, and an MJCF model whose geoms
 collide with nothing.
 
 Exact references: the semi-implicit step in free flight gives the discrete parabola

@@ -1,4 +1,4 @@
-"""The planar joint and coordinate joints without rows (issue 17: MJCF bodies with several joints).
+"""The planar joint and coordinate joints without rows (MJCF bodies with several joints).
 
 A box on a "planar" joint to the world (plane normal y through its centre) with three coordinate joints
 (`rows=False`): slides along x and z and a hinge about y, each with a motor. Under gravity, a constant

@@ -1,4 +1,4 @@
-"""Slide joints in planar scenes (issue 17): a prismatic joint in the x-y plane, 2 rows.
+"""Slide joints in planar scenes: a prismatic joint in the x-y plane, 2 rows.
 
 Exact references: a body on a frictionless inclined rail under gravity follows the
 semi-implicit step's closed form s_n = h^2 g sin(alpha) n (n + 1) / 2; a range stop

@@ -1,4 +1,4 @@
-"""Acceptance of issue 2 on random friction LCPs: the default solver, Lemke, cold and warm."""
+"""Acceptance on random friction LCPs: the default solver, Lemke, cold and warm."""
 
 import jax
 import jax.numpy as jnp
@@ -16,7 +16,7 @@ DISTINCT = 1e-4  # ... and differ by far more than solver round-off
 
 
 def random_batch(n, seed=0, dtype=jnp.float64):
-    """n random friction LCPs (the acceptance distribution of issue 2), stacked."""
+    """n random friction LCPs (the solver's acceptance distribution), stacked."""
     keys = jax.random.split(jax.random.PRNGKey(seed), n)
     return jax.vmap(lambda k: rbd.random_friction_lcp(k, dtype=dtype))(keys)
 
@@ -145,7 +145,7 @@ def test_vmap_matches_python_loop_256():
 
 @pytest.mark.long
 def test_acceptance_1000_problems():
-    """Issue 2: 1,000 problems, cold and warm from another problem's solution, against Lemke."""
+    """1,000 problems, cold and warm from another problem's solution, against Lemke."""
     probs = random_batch(1000, seed=2026)
     A, b = probs.lcp.A, probs.lcp.b
     lemke = solve_batch_lemke(A, b)

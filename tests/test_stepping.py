@@ -1,4 +1,4 @@
-"""Issue 3: time stepping in generalized coordinates, against the papers and exact solutions."""
+"""Time stepping in generalized coordinates, against the papers and exact solutions."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""System identification and sweeps (issue 7): fits from noisy simulated data, sweeps against loops.
+"""System identification and sweeps: fits from noisy simulated data, sweeps against loops.
 
 The data are simulated with the true parameters and perturbed with Gaussian
 noise; a fit must recover the true value within the issue's tolerance.

@@ -1,4 +1,4 @@
-"""Identification on data jaxrbd did not make: trajectories from MuJoCo's C engine (issue 18).
+"""Identification on data jaxrbd did not make: trajectories from MuJoCo's C engine.
 
 MuJoCo's contact is soft, so its trajectories show slightly different coefficients
 from the ones it was given; `jaxrbd.foreign` measures those from MuJoCo's own clean

@@ -1,4 +1,4 @@
-"""Multiple shooting (issue 18 item 1): `rbd.sysid.MultipleShooting` on a chaotic and on a contact trajectory.
+"""Multiple shooting: `rbd.sysid.MultipleShooting` on a chaotic and on a contact trajectory.
 
 Two models. The Lorenz system (sigma 10, beta 8/3, rho 28; RK4, h = 0.01, 10 time
 units) is chaotic: over the whole horizon the rollout loss in rho is rugged, and

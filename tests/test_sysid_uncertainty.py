@@ -1,4 +1,4 @@
-"""Identification as researchers do it (issue 18): uncertainty, identifiability, many experiments, best iterate, no recompiles.
+"""Identification as researchers do it: uncertainty, identifiability, many experiments, best iterate, no recompiles.
 
 Two models. An analytic sliding block (x = v0 tau - mu g tau^2 / 2, tau = min(t,
 v0 / (mu g))) is cheap enough to fit 100 noisy data sets for the coverage of

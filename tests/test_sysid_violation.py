@@ -1,4 +1,4 @@
-"""The complementarity-violation loss (issue 18 item 3): minimised at the true mu, exact gradients, fits.
+"""The complementarity-violation loss: minimised at the true mu, exact gradients, fits.
 
 Synthetic data: the planar block sliding to rest (block_on_incline, dim=2, PlanarCone) and P2's four
 balls with the elliptic cone (a thrown ball lands, slides and strikes the line). Noise-free unless a test

@@ -1,4 +1,4 @@
-"""Issue 20 item 2: validation at the door.
+"""Validation at the door.
 
 Concrete inputs are checked on the host, with an error that names the argument;
 under `jit`, where values are traced, `traj.stats.status` (a `StepStatus` per step)
