@@ -26,6 +26,8 @@ import numpy as np
 
 import jaxrbd as rbd
 
+rbd.configure(compilation_cache=False)  # one OpenBLAS thread, the serial CPU scheduler; compiles measured uncached
+
 
 def measure(scene, solver, steps):
     """(ms per step, unsolved steps, drift in m, max residual) of a rollout from the scene's state."""

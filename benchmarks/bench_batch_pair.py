@@ -25,6 +25,9 @@ def main():
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--calls", type=int, default=5)
     args = parser.parse_args()
+    import jaxrbd
+
+    jaxrbd.configure(compilation_cache=False)  # one OpenBLAS thread, the serial CPU scheduler
     if not args.float32:
         jax.config.update("jax_enable_x64", True)
     import jax.numpy as jnp

@@ -23,7 +23,10 @@ args = parser.parse_args()
 jax.config.update("jax_enable_x64", not args.float32)
 jax.config.update("jax_enable_compilation_cache", False)  # compile times are measured: no persistent cache
 
+import jaxrbd  # noqa: E402
 from jaxrbd.cli.bench_solvers import format_grid, grid_benchmark
+
+jaxrbd.configure(compilation_cache=False)  # one OpenBLAS thread, the serial CPU scheduler; compiles measured uncached
 
 result = grid_benchmark(
     n=args.n, steps=args.steps, batches=args.batches, repeats=args.repeats, gradient=not args.no_grad

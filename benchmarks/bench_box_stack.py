@@ -23,6 +23,8 @@ import numpy as np
 
 import jaxrbd as rbd
 
+rbd.configure(compilation_cache=False)  # one OpenBLAS thread, the serial CPU scheduler; compiles measured uncached
+
 
 def run_jaxrbd(n, seconds, h, half, mu):
     scene = rbd.scenes.box_stack(n, mu=mu, half_extents=half)

@@ -28,6 +28,8 @@ import numpy as np
 
 import jaxrbd as rbd
 
+rbd.configure(compilation_cache=False)  # one OpenBLAS thread, the serial CPU scheduler; compiles measured uncached
+
 CONES = {
     "PolyhedralCone(8)": rbd.PolyhedralCone(8),
     "EllipticCone()": rbd.EllipticCone(),

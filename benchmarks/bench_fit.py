@@ -24,6 +24,8 @@ import jax.numpy as jnp  # noqa: E402
 import jaxrbd as rbd  # noqa: E402
 from jaxrbd.sysid import LevenbergMarquardt, Positive, fit, trajectory_loss  # noqa: E402
 
+rbd.configure(compilation_cache=False)  # one OpenBLAS thread, the serial CPU scheduler; compiles measured uncached
+
 NOISE = 1e-3
 MU = 0.3
 

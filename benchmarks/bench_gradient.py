@@ -39,7 +39,10 @@ jax.config.update("jax_enable_x64", not args.float32)
 
 import jax.numpy as jnp
 
+import jaxrbd  # noqa: E402
 from jaxrbd.cli import bench_scenes
+
+jaxrbd.configure(compilation_cache=False)  # one OpenBLAS thread, the serial CPU scheduler; compiles measured uncached
 
 case = bench_scenes.CASES[args.scene]()
 dtype = jnp.float32 if args.float32 else jnp.float64

@@ -25,6 +25,8 @@ import jaxrbd as rbd
 from jaxrbd.cli.bench_scenes import median_time
 from jaxrbd.cli.bench_solvers import main
 
+rbd.configure(compilation_cache=False)  # one OpenBLAS thread, the serial CPU scheduler; compiles measured uncached
+
 
 def eager_solve_ms(repeats=20):
     """(first call, median of `repeats` later calls) of an eager `rbd.solve_lcp(A, b)`, in ms."""

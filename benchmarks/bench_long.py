@@ -25,6 +25,8 @@ from tqdm import tqdm  # noqa: E402
 
 import jaxrbd as rbd  # noqa: E402
 
+rbd.configure(compilation_cache=False)  # one OpenBLAS thread, the serial CPU scheduler; compiles measured uncached
+
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))
 from test_long_runs import MU, sphere_tower  # noqa: E402
 from test_long_runs import SCENES as TESTED

@@ -9,7 +9,7 @@ start pose, with controls drawn once uniformly in the actuators' ranges (seed 0)
 - load: the wall time of `load_mjcf` (after `import jaxrbd` and one load of another model, so that the
   process's one-time set-up is not counted);
 - compile: lowering and compiling the rollout of `--seconds` of simulated time (the persistent compilation
-  cache off, `JAXRBD_CACHE=0`);
+  cache off);
 - steps/s of one environment (the median of repeated calls) and env-steps/s of a `vmap` batch of `--batch`
   environments over `--batch-seconds`, with the share of steps that converged;
 - grad/fwd: the time of the gradient of the final state with respect to every control over the forward;
@@ -21,18 +21,18 @@ float64 unless `--float32`.
 """
 
 import argparse
-import os
 import pathlib
 import statistics
 import time
 import warnings
 
-os.environ.setdefault("JAXRBD_CACHE", "0")  # compile times without the persistent compilation cache
-
 import jax
 import numpy as np
 
+import jaxrbd as rbd
 from jaxrbd.cli.bench_scenes import median_time
+
+rbd.configure(compilation_cache=False)  # one OpenBLAS thread, the serial CPU scheduler; compiles measured uncached
 
 DATA = pathlib.Path(__file__).resolve().parents[1] / "tests" / "data" / "gymnasium"
 # Gymnasium's start poses (its environments' init_qpos; the others start at the file's qpos0).

@@ -7,6 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from ._config import BATCH_COMPILER_OPTIONS
+
 
 def sweep(fn, params, *, chunk_size=None, devices=None):
     """fn applied to every parameter set of a batch: `vmap`, chunked, sharded over devices.
@@ -88,5 +90,5 @@ def _mapped(fn, sharding):
         def run(stacked):
             return jax.lax.map(jax.vmap(fn), stacked)
 
-        _MAPPED[key] = jax.jit(run, in_shardings=sharding)
+        _MAPPED[key] = jax.jit(run, in_shardings=sharding, compiler_options=BATCH_COMPILER_OPTIONS)
     return _MAPPED[key]

@@ -59,6 +59,7 @@ the gradient. Use it (eps ~ 1e-6-1e-4 of the impulses) when a fit stalls on a
 plateau; it cannot create information that the data do not hold.
 """
 
+import functools
 import time
 
 import equinox as eqx
@@ -67,6 +68,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from ._config import BATCH_COMPILER_OPTIONS
 from ._validate import check_value
 
 
@@ -393,7 +395,7 @@ class _Problem:
         params = {k: jnp.asarray(params[k]) for k in names}
         if self.structured is not None:
             if "structured" not in self.jac:
-                self.jac["structured"] = jax.jit(self.structured)
+                self.jac["structured"] = jax.jit(self.structured, compiler_options=BATCH_COMPILER_OPTIONS)
             (Js, Jo), r, valid = self.jac["structured"](params, data)
             E, m_e = r.shape[0], r.shape[1]
             blocks = []
@@ -423,7 +425,9 @@ class _Problem:
         key = (tuple(names), tuple(shapes))
         if key not in self.jac:  # forward mode where the model has it (p columns), else reverse (m rows)
             forward = _forward_ok(lambda t: flat_r(t, data)[0], theta)
-            self.jac[key] = jax.jit((jax.jacfwd if forward else jax.jacrev)(flat_r, has_aux=True))
+            self.jac[key] = jax.jit(
+                (jax.jacfwd if forward else jax.jacrev)(flat_r, has_aux=True), compiler_options=BATCH_COMPILER_OPTIONS
+            )
         J, (r, valid) = self.jac[key](theta, data)
         return np.asarray(J), np.asarray(r), np.asarray(valid)
 
@@ -821,7 +825,7 @@ def _make_update(objective_of, maps, optimizer, with_data):
     def natural(u):
         return {k: maps[k].to_param(x) for k, x in u.items()}
 
-    @jax.jit
+    @functools.partial(jax.jit, compiler_options=BATCH_COMPILER_OPTIONS)
     def update(u, state, data):
         objective = lambda u: objective_of(natural(u), data) if with_data else objective_of(natural(u))
         value, g = jax.value_and_grad(objective)(u)

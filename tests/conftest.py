@@ -4,12 +4,17 @@ compilation cache."""
 import gc
 import os
 
-# `import jaxrbd` turns JAX's persistent compilation cache on; the tests leave it off (their notebook kernels
-# inherit this), so that no run depends on what an earlier one left on disk. test_compilation_cache.py checks it.
+# The notebooks call `jaxrbd.configure()`, which turns JAX's persistent compilation cache on; the tests leave it
+# off (their notebook kernels inherit this), so that no run depends on what an earlier one left on disk.
+# test_configure.py checks the cache.
 os.environ["JAXRBD_CACHE"] = "0"
 
 import jax  # noqa: E402
 
+import jaxrbd  # noqa: E402
+
+# One OpenBLAS thread and XLA's serial CPU scheduler, as the command line and the notebooks run.
+jaxrbd.configure(compilation_cache=False)
 jax.config.update("jax_enable_x64", True)
 
 import pytest  # noqa: E402

@@ -123,9 +123,11 @@ def main(argv=None):
     args = parser.parse_args(argv)
     import jax
 
+    from .._config import configure
+
+    # The benchmark measures compile time: no persistent cache there.
+    configure(compilation_cache=args.command != "bench")
     jax.config.update("jax_enable_x64", not args.float32)
-    if args.command == "bench":  # the benchmark measures compile time: no persistent cache there
-        jax.config.update("jax_enable_compilation_cache", False)
     if args.command == "demo":
         from .demo import run_demo
 
