@@ -26,7 +26,7 @@ class Contacts(eqx.Module):
     row of soft-finger contact).
 
     The rows are stored in one of two forms:
-    - `rows` (nc, r, nv): dense rows (n, t[, o][, r]), for systems in generalized
+    - `rows` (nc, r, nv): dense rows (n, t, optionally o, optionally r), for systems in generalized
       coordinates and planar body scenes;
     - `blocks` (nc, 2, 4, 6) with `body_a`, `body_b`: the rows (n, t, o, r) of each
       contact on the (linear, angular) velocity of its two bodies (3D body scenes).
@@ -95,7 +95,7 @@ class Contacts(eqx.Module):
         return self.gap.shape[0]
 
     def dense_rows(self):
-        """(nc, r, nv) the rows (n, t[, o][, r]) on the whole velocity vector."""
+        """(nc, r, nv) the rows (n, t, optionally o, optionally r) on the whole velocity vector."""
         if self.rows is not None:
             return self.rows
         nc, nvb = self.size, self.blocks.shape[-1]

@@ -40,7 +40,9 @@ def check_value(
         name: the argument as the user knows it (`"plane normal"`, `"mass of body 'ball'"`).
         value: a number or array; None passes.
         shape: the accepted shape or shapes (`check_shape`).
-        positive, nonnegative, unit_interval: every entry > 0, >= 0, in [0, 1].
+        positive: every entry > 0.
+        nonnegative: every entry >= 0.
+        unit_interval: every entry in [0, 1].
         nonzero: a vector whose squared norm is > 0 (a direction or a quaternion
             that can be normalized).
         finite: reject inf too (NaN is always rejected).

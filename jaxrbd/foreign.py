@@ -138,7 +138,9 @@ def mujoco_sliding_box(
             observation (timestep = 1 / (rate substeps)).
         noise: standard deviation of the Gaussian noise on each coordinate (m).
         seed: the noise's random seed.
-        half_extents, mass, gravity: the box and g (m/s^2).
+        half_extents: the box's half extents (m).
+        mass: the box's mass (kg).
+        gravity: g (m/s^2).
         cone: MuJoCo's friction cone, "elliptic" or "pyramidal".
 
     Returns:
@@ -250,7 +252,8 @@ def mujoco_bouncing_ball(
             gives it (module docstring).
         height: the drop height of the ball's lowest point above the plane (m), > 0.
         duration: the observed time (s).
-        rate, substeps: observations per second and MuJoCo steps per observation;
+        rate: observations per second.
+        substeps: MuJoCo steps per observation;
             MuJoCo's timestep must resolve the contact: at most contact_time / 20.
         contact_time: how long one contact lasts in MuJoCo (s). A rigid model
             cannot spend time in contact: a fit of it takes that time out of the
@@ -259,8 +262,11 @@ def mujoco_bouncing_ball(
             substeps (384 MuJoCo steps per contact) takes about 10 s per second observed.
         impedance: MuJoCo's solimp d, the same at every depth, in (0, 1): the
             share of gravity the contact takes up (module docstring).
-        noise, seed: the Gaussian noise on z (m) and its seed.
-        radius, mass, gravity: the ball and g (m/s^2).
+        noise: the Gaussian noise on z (m).
+        seed: the noise's seed.
+        radius: the ball's radius (m).
+        mass: the ball's mass (kg).
+        gravity: g (m/s^2).
 
     Returns:
         `ForeignData` with columns ("z",); `effective` is the restitution of

@@ -710,7 +710,9 @@ def uncertainty(
             1 where observed. Weight r by 1/sigma_i yourself if the noise differs.
         params: dict name -> value at the optimum (natural units).
         data: the data argument of `residuals` (a pytree of arrays).
-        predict, experiments, per_experiment: the many-experiment form (see `fit`).
+        predict: the many-experiment form's prediction (see `fit`).
+        experiments: the many-experiment form's experiments (see `fit`).
+        per_experiment: the many-experiment form's per-experiment names (see `fit`).
         bounds: the `fit` bounds (used by the scan of unidentified entries).
         noise: the noise level you expect (same units as r); the result reports it
             beside the RMS residual and warns when the RMS is more than 1.5 times it.
@@ -972,7 +974,10 @@ def fit(
         progress: show a tqdm progress bar with the loss.
         desc: the progress bar's label.
         data: the data argument of `loss` or `residuals` (a pytree of arrays).
-        residuals, predict, experiments, per_experiment: see above.
+        residuals: see above.
+        predict: see above.
+        experiments: see above.
+        per_experiment: see above.
         noise: the expected noise level, reported beside the RMS residual (see
             `uncertainty`).
         level: the confidence level of the intervals.

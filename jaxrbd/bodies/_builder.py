@@ -222,7 +222,8 @@ class SceneBuilder:
             angle: the orientation theta in planar scenes.
             velocity: (3,) or (2,) linear velocity; default 0.
             angular_velocity: (3,) world frame, or the scalar omega in planar scenes; default 0.
-            force, torque: (3,) constant applied force and torque, world frame.
+            force: (3,) constant applied force, world frame.
+            torque: (3,) constant applied torque, world frame.
         """
         self._new_name(name)
         if not shapes:
@@ -360,7 +361,8 @@ class SceneBuilder:
                 through the anchor normal to the axis, and a turns about the axis
                 only; 3 rows; no range) or "translation" (3D only: as "planar",
                 without turning: two slides and no hinge; 4 rows; no range).
-            a, b: body names; b None or "world" for the world.
+            a: a body name.
+            b: a body name; None or "world" for the world.
             anchor: (dim,) world point; or anchor_a and anchor_b, (dim,) each.
             axis: (3,) the hinge or slide axis in the world frame at the initial
                 configuration (revolute joints in 3D, slide joints; (2,) for a slide
@@ -447,7 +449,8 @@ class SceneBuilder:
 
         Args:
             names: two or three new joint names, one per hinge, in order.
-            a, b: body names (a moving; b a moving body, "world" or None).
+            a: the moving body's name.
+            b: a moving body's name, "world" or None.
             anchor: (3,) the common world point of the hinges.
             axes: (2 or 3, 3) world-frame axes at the initial configuration.
             ranges: None, or one (lo, hi) or None per hinge (radians, as `add_joint`).
@@ -552,8 +555,8 @@ class SceneBuilder:
             name: a unique motor name.
             joint: a joint name (from `add_joint`); or None with `body`.
             body: a moving body's name; or None with `joint`.
-            force, torque: (3,) the direction of a body motor (exactly one), or
-                `torque` the direction of a ball joint's motor in a's frame.
+            force: (3,) the direction of a body motor's force (give force or torque, not both).
+            torque: (3,) the direction of a body motor's torque, or of a ball joint's motor in a's frame.
             gear: the force or torque per unit of control (a scalar leaf).
             ctrl_range: (lo, hi), lo <= hi, the control's bounds (-inf or inf for
                 none); None: unbounded.

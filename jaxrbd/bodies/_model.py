@@ -32,7 +32,8 @@ class BodyParams(eqx.Module):
         mass: (nb,) masses.
         inertia: (nb, 3, 3) inertia tensors about the centres of mass, body frame.
         gravity: (3,) gravitational acceleration.
-        force, torque: (nb, 3) constant applied force and torque, world frame.
+        force: (nb, 3) constant applied force, world frame.
+        torque: (nb, 3) constant applied torque, world frame.
         shapes: {kind: {name: stacked arrays}} the shapes' geometry.
         joints: the joints' `JointParams` (None without joints).
         motors: the motors' `MotorParams` (None without motors).

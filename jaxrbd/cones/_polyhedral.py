@@ -179,8 +179,9 @@ class PolyhedralCone(Cone):
             coordinates, d = 1 (t only, planar), 2 (t, o) or 3 (t, o and the
             torsion r about the normal: polyhedral soft-finger contact). They must
             positively span the friction space.
-        e_t, e_o, e_r: positive scales (scalars or one per contact) of the
-            anisotropic cone; e_r only with d = 3.
+        e_t: a positive scale (scalar or one per contact) of the anisotropic cone along t.
+        e_o: the same along o.
+        e_r: the same for the torsion; only with d = 3.
         frictionless: indices of contacts without friction (joint-range stops,
             MJCF pairs of condim 1): they get a normal row and no friction unknowns,
             so the step problem is smaller. The indices are of the system's contact

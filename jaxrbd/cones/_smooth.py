@@ -181,7 +181,8 @@ class EllipticCone(_SmoothCone):
     (anisotropy along the contact's t and o).
 
     Args:
-        e_t, e_o: positive scales, scalars or one per contact.
+        e_t: the positive scale along t, a scalar or one per contact.
+        e_o: the positive scale along o, a scalar or one per contact.
     """
 
     e_t: jax.Array
@@ -205,7 +206,9 @@ class SoftFingerCone(_SmoothCone):
     polyhedral approximation of 002 eq. (5)-(6), solved as an LCP.
 
     Args:
-        e_t, e_o, e_r: positive scales, scalars or one per contact.
+        e_t: the positive scale along t, a scalar or one per contact.
+        e_o: the positive scale along o, a scalar or one per contact.
+        e_r: the positive scale of the torsion, a scalar or one per contact.
         directions: optional (k, 3) polyhedral directions.
     """
 
@@ -246,7 +249,9 @@ class MixedCone(_SmoothCone):
     moment (a box in the torsion); exact, as a nonlinear complementarity problem.
 
     Args:
-        e_t, e_o, e_r: positive scales, scalars or one per contact.
+        e_t: the positive scale along t, a scalar or one per contact.
+        e_o: the positive scale along o, a scalar or one per contact.
+        e_r: the positive scale of the torsion, a scalar or one per contact.
     """
 
     e_t: jax.Array

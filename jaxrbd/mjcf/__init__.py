@@ -32,7 +32,9 @@ def load_mjcf(source, *, keyframe=None, directions=None, friction=None, broadpha
     Args:
         source: a path to an .xml file, or the XML itself as a string.
         keyframe: None (MuJoCo's qpos0), or a `<key>` name or index: its qpos and qvel.
-        directions, friction, broadphase: as in `SceneBuilder`. directions defaults
+        friction: as in `SceneBuilder`.
+        broadphase: as in `SceneBuilder`.
+        directions: as in `SceneBuilder`. directions defaults
             to 8 in maximal coordinates and to 4 in joint coordinates (the edges of
             MuJoCo's default pyramidal cone), where the default cone also has no
             friction unknowns on the range stops and on pairs of condim 1. In joint

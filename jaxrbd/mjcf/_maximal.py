@@ -346,7 +346,9 @@ def load_maximal(m, *, keyframe=None, directions=8, friction=None, broadphase=No
     Args:
         m: MuJoCo's compiled model.
         keyframe: None (MuJoCo's qpos0), or a `<key>` name or index.
-        directions, friction, broadphase: as in `SceneBuilder`.
+        directions: as in `SceneBuilder`.
+        friction: as in `SceneBuilder`.
+        broadphase: as in `SceneBuilder`.
 
     Returns:
         an `MjcfScene` (unpacks to `(system, state)`), with `dt`, `motors`,
