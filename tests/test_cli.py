@@ -232,3 +232,68 @@ def test_bench_and_simulate_choose_the_step_solver_by_the_same_rule():
         assert solver == rbd.choose_solver(*case.scene())
     assert names["sphere_grid"] == "ContactSweeps"  # 640 rows: the sparse solver
     assert names["four_balls"] == names["incline"] == names["falling_rod"] == "dense SemismoothNewton"
+
+
+def test_warnings_print_as_one_line_and_steps_names_its_successor(tmp_path):
+    """A warning of the command line is one line with its category, no source line; --steps still works and
+    points to --iterations."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "jaxrbd.cli", "fit", str(tmp_path / "missing.csv"), "--scene", "bouncing_ball"]
+        + ["--dt", "0.01", "--steps", "5", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert lines[0] == "jaxrbd: FutureWarning: --steps is deprecated: use --iterations (the optimizer's budget)"
+    assert lines[1].startswith("jaxrbd fit: error: ") and "no such file" in lines[1]
+    assert len(lines) == 2 and ".py:" not in done.stderr
+
+
+def test_progress_where_stderr_is_not_a_terminal_is_a_line_every_few_seconds():
+    """The line progress of the command line prints while the main thread is busy (a compilation), then the
+    count, the postfix and the elapsed time."""
+    import io
+    import time
+
+    from jaxrbd._progress import LineProgress, log_lines, tqdm
+
+    out = io.StringIO()
+    bar = LineProgress(total=3, desc="fit mu", every=0.05, file=out)
+    time.sleep(0.3)  # one long call: the lines go on
+    bar.update()
+    bar.set_postfix(loss="1.0e-03")
+    bar.close()
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "fit mu: 0/3 it, 0 s, started" and len(lines) >= 4
+    assert lines[-1].startswith("fit mu: 1/3 it, loss 1.0e-03, ") and lines[-1].endswith("done")
+    log_lines()
+    try:
+        bar = tqdm(total=2, disable=None, desc="x", file=io.StringIO())
+        assert isinstance(bar, LineProgress)  # pytest captures stderr: not a terminal
+        bar.close()
+    finally:
+        log_lines(False)
+
+
+def test_fit_png_labels_each_curve_by_its_column_and_has_axis_labels():
+    from types import SimpleNamespace
+
+    import matplotlib.pyplot as plt
+
+    from jaxrbd.cli.fit import fit_figure
+
+    t = np.linspace(0, 1, 11)
+    data = np.stack([t, 2 * t], axis=1)
+    fig = fit_figure(t, data, data, [("box_x", "q", 0), ("box_vx", "v", 0)], SimpleNamespace(loss_history=[1, 0.1]))
+    trajectory, loss = fig.axes
+    labels = [text.get_text() for text in trajectory.get_legend().get_texts()]
+    assert labels == ["box_x: fit (q0)", "box_x: file", "box_vx: fit (v0)", "box_vx: file"]
+    assert trajectory.get_xlabel() == "t (s)" and trajectory.get_ylabel()
+    assert loss.get_xlabel() == "optimizer iteration" and loss.get_ylabel().startswith("loss")
+    plt.close(fig)

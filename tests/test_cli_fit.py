@@ -9,7 +9,7 @@ import pytest
 
 import jaxrbd as rbd
 from jaxrbd.cli import main
-from jaxrbd.cli.fit import model_file_factory
+from jaxrbd.cli.fit import TrajectoryFileError, model_file_factory
 
 DT = 0.01
 STEPS = 40
@@ -186,3 +186,96 @@ def test_a_missing_model_file_is_named(block_csv, tmp_path, capsys):
     bad = tmp_path / "bad.xml"
     bad.write_text("<mujoco><worldbody><body></mujoco>")
     assert "bad.xml" in run([*common, "--scene", str(bad)], tmp_path, capsys)
+
+
+THROWN = """
+<mujoco>
+  <option timestep="0.01"/>
+  <worldbody>
+    <geom type="plane" size="0 0 1" friction="0.5"/>
+    <body pos="0 0 0.1">
+      <freejoint/>
+      <geom type="box" size="0.1 0.1 0.1" mass="1" friction="0.5"/>
+    </body>
+  </worldbody>
+  <keyframe>
+    <key name="thrown" qpos="0 0 0.1 1 0 0 0" qvel="2 0 0 0 0 0"/>
+    <key name="slower" qpos="0 0 0.1 1 0 0 0" qvel="1.8 0 0 0 0 0"/>
+  </keyframe>
+</mujoco>
+"""
+
+
+def thrown_x(mu, speed, g=9.81, steps=STEPS):
+    """x of the box thrown along x on the level plane, the scheme's own update (exact):
+    v_{k+1} = max(v_k - mu g h, 0), x_{k+1} = x_k + h v_{k+1}."""
+    v = np.maximum(speed - mu * g * DT * np.arange(1, steps + 1), 0.0)
+    return np.concatenate([[0.0], np.cumsum(DT * v)])
+
+
+@pytest.fixture(scope="module")
+def thrown(tmp_path_factory):
+    """The model file and x of its box thrown at 2 m/s (the key "thrown") with mu = 0.3, 0.1 mm noise."""
+    folder = tmp_path_factory.mktemp("thrown")
+    model = folder / "thrown_box.xml"
+    model.write_text(THROWN)
+    x = thrown_x(MU_TRUE, 2.0) + NOISE * np.random.default_rng(5).standard_normal(STEPS + 1)
+    data = folder / "thrown.csv"
+    np.savetxt(data, np.c_[np.arange(STEPS + 1) * DT, x], delimiter=",", header="t,box_x", comments="")
+    return model, data
+
+
+def test_a_model_files_keyframe_is_its_start_state(thrown):
+    model, _ = thrown
+    _, state = model_file_factory(str(model), keyframe="thrown")()
+    np.testing.assert_array_equal(np.asarray(state.v), [2.0, 0, 0, 0, 0, 0])
+    _, state = model_file_factory(str(model), keyframe=1)(v0=1.5)
+    np.testing.assert_array_equal(np.asarray(state.v), [1.5, 0, 0, 0, 0, 0])
+    _, state = model_file_factory(str(model))()
+    np.testing.assert_array_equal(np.asarray(state.v), np.zeros(6))
+    with pytest.raises(TrajectoryFileError, match="v0..v5"):
+        model_file_factory(str(model))(v9=1.0)
+
+
+def test_a_missing_keyframe_and_keyframe_without_a_model_file_are_named(thrown, block_csv, tmp_path, capsys):
+    model, data = thrown
+    common = ["--dt", "0.01", "--fit", "mu", "--param", "mu=0.5", "--columns", "box_x=q0"]
+    err = run([str(data), "--scene", str(model), "--keyframe", "no_such_key", *common], tmp_path, capsys)
+    assert "no_such_key" in err
+    err = run([str(block_csv), "--scene", "sliding_block", "--dt", "0.01", "--keyframe", "thrown"], tmp_path, capsys)
+    assert "--keyframe" in err and "model file" in err
+
+
+@pytest.mark.slow
+def test_fit_honours_the_keyframe_and_a_fit_the_data_do_not_determine_exits_non_zero(thrown, tmp_path, capsys):
+    """From the key "thrown" mu is recovered; from the file's qpos0 (at rest) the box never moves, the loss's
+    gradient is exactly zero, and the command says so and exits 1 (fit.json records the reasons)."""
+    model, data = thrown
+    common = ["fit", str(data), "--scene", str(model), "--param", "mu=0.5", "--fit", "mu", "--columns", "box_x=q0"]
+    common += ["--dt", "0.01", "--noise", str(NOISE), "--iterations", "30"]
+    main([*common, "--keyframe", "thrown", "--out", str(tmp_path / "key")])
+    result = json.loads((tmp_path / "key" / "fit.json").read_text())
+    mu, std = result["params"]["mu"], result["std"]["mu"]
+    # within three standard deviations (a 95% interval misses the truth on one noise draw in twenty)
+    assert abs(mu / MU_TRUE - 1) < MU_RTOL and abs(mu - MU_TRUE) < 3 * std and result["failed"] == []
+    with pytest.raises(SystemExit) as failed:
+        main([*common, "--out", str(tmp_path / "rest")])
+    assert failed.value.code == 1
+    err = capsys.readouterr().err
+    assert "the fit failed" in err and "gradient is exactly zero" in err
+    assert json.loads((tmp_path / "rest" / "fit.json").read_text())["failed"]
+
+
+@pytest.mark.slow
+def test_fit_the_start_velocity_of_a_model_file(thrown, tmp_path):
+    """--fit mu,v0 from the key "slower" (1.8 m/s): the throw's 2 m/s and mu are both recovered."""
+    model, data = thrown
+    main(
+        ["fit", str(data), "--scene", str(model), "--keyframe", "slower", "--param", "mu=0.5", "--fit", "mu,v0"]
+        + ["--columns", "box_x=q0", "--dt", "0.01", "--noise", str(NOISE), "--out", str(tmp_path)]
+    )
+    result = json.loads((tmp_path / "fit.json").read_text())
+    assert abs(result["params"]["mu"] / MU_TRUE - 1) < MU_RTOL
+    assert abs(result["params"]["v0"] / 2.0 - 1) < MU_RTOL
+    lo, hi = result["interval"]["v0"]
+    assert lo < 2.0 < hi

@@ -40,7 +40,20 @@ def main(argv=None):
     fit.add_argument(
         "--dt", type=_number, required=True, help="the sample spacing (1/240 ok); the step is --dt / --substeps"
     )
-    fit.add_argument("--steps", type=int, default=100, help="optimizer step budget (default 100)")
+    fit.add_argument(
+        "--iterations",
+        type=int,
+        default=None,
+        help="the optimizer's iteration budget (default 100); the simulation's steps come from the file and --substeps",
+    )
+    fit.add_argument("--steps", type=int, default=None, help=argparse.SUPPRESS)  # the former name of --iterations
+    fit.add_argument(
+        "--keyframe",
+        default=None,
+        metavar="NAME",
+        help=".xml scenes: start from this <key> of the model file (its qpos and qvel; default the file's qpos0 at "
+        "rest); a name or an index",
+    )
     shortcut = fit.add_argument_group(
         "the shortcut scenes",
         "sliding_block: a box on the table z = 0 (four corner contacts, elliptic cone) fitted for mu, its start "
@@ -121,9 +134,15 @@ def main(argv=None):
         help="instead: the LCP solver table by problem size and the falling-rod rollout",
     )
     args = parser.parse_args(argv)
+    import warnings
+
     import jax
 
     from .._config import configure
+    from .._progress import log_lines
+
+    warnings.formatwarning = _one_line_warning
+    log_lines()  # progress as a line every few seconds where stderr is not a terminal
 
     # The benchmark measures compile time: no persistent cache there.
     configure(compilation_cache=args.command != "bench")
@@ -139,9 +158,16 @@ def main(argv=None):
     elif args.command == "fit":
         import sys
 
-        from .fit import TrajectoryFileError, run_fit, run_scene_fit
+        from .fit import FitFailedError, TrajectoryFileError, run_fit, run_scene_fit
 
+        if args.steps is not None:
+            warnings.warn("--steps is deprecated: use --iterations (the optimizer's budget)", FutureWarning, stacklevel=1)
+            if args.iterations is None:
+                args.iterations = args.steps
+        iterations = 100 if args.iterations is None else args.iterations
         try:
+            if args.keyframe is not None and not args.scene.lower().endswith(".xml"):
+                raise TrajectoryFileError("--keyframe: only for a model file scene (--scene MODEL.xml)")
             shortcut = {
                 k: getattr(args, k)
                 for k in ("half_extents", "radius", "mass", "gravity", "start")
@@ -157,7 +183,7 @@ def main(argv=None):
                     dt=args.dt,
                     out=args.out,
                     force=args.force,
-                    steps=args.steps,
+                    iterations=iterations,
                     substeps=args.substeps,
                     resample=args.resample,
                     noise=args.noise,
@@ -178,8 +204,9 @@ def main(argv=None):
                     fit_names=args.fit_names,
                     columns=args.columns,
                     force=args.force,
-                    steps=args.steps,
+                    iterations=iterations,
                     impact=args.impact or "none",
+                    keyframe=args.keyframe,
                     substeps=args.substeps,
                     resample=args.resample,
                     noise=args.noise,
@@ -187,6 +214,9 @@ def main(argv=None):
         except (TrajectoryFileError, FileExistsError) as err:
             print(f"jaxrbd fit: error: {err}", file=sys.stderr)
             raise SystemExit(2) from None
+        except FitFailedError as err:
+            print(f"jaxrbd fit: the fit failed: {err}", file=sys.stderr)
+            raise SystemExit(1) from None
     elif args.command == "bench":
         if args.solvers:
             from .bench_solvers import main as bench_main
@@ -210,6 +240,12 @@ def main(argv=None):
                 repeats=args.repeats,
                 scale=not args.no_scaling,
             )
+
+
+def _one_line_warning(message, category, filename, lineno, line=None):
+    """A warning as the command line prints it: one line, its category and message, no source line."""
+    text = " ".join(str(message).split())
+    return f"jaxrbd: {category.__name__}: {text}\n"
 
 
 def _number(text):

@@ -23,6 +23,14 @@ class TrajectoryFileError(ValueError):
     """A trajectory file that cannot be fitted; the message names the problem."""
 
 
+class FitFailedError(RuntimeError):
+    """A fit that ran but did not determine its parameters; the message gives the reasons (fit.json has them too)."""
+
+
+# A fit whose RMS residual exceeds the stated noise by more than this factor has not explained the data.
+RMS_NOISE_LIMIT = 3.0
+
+
 def _delimiter(line):
     """The field separator of a text line: a tab, else a comma, else whitespace (None)."""
     return "\t" if "\t" in line else "," if "," in line else None
@@ -203,7 +211,7 @@ def run_fit(
     dt,
     out,
     force=False,
-    steps=50,
+    iterations=50,
     half_extents=SHORTCUT_DEFAULTS["half_extents"],
     radius=SHORTCUT_DEFAULTS["radius"],
     mass=SHORTCUT_DEFAULTS["mass"],
@@ -245,29 +253,38 @@ def run_fit(
         bounds=bounds,
         restitution=impact,
         substeps=substeps,
-        steps=steps,
+        iterations=iterations,
         noise=noise,
     )
 
 
-def _plot(data, observed, fitted, result, path):
+def _plot(t, observed, fitted, mapping, result, path):
+    """fit.png: `fit_figure` saved."""
+    import matplotlib.pyplot as plt
+
+    fig = fit_figure(t, observed, fitted, mapping, result)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def fit_figure(t, observed, fitted, mapping, result):
+    """Each fitted column (the file's samples as dots, the fit as a curve, labelled by the column's name) over t,
+    and the loss over the optimizer's iterations."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
-    t = data["t"]
-    for i in range(observed.shape[1]):
-        axes[0].plot(t, observed[:, i], ".", ms=2, label=f"observed {i}")
-        axes[0].plot(t, fitted[:, i], "-", label=f"fit {i}")
-    axes[0].set(xlabel="t (s)", title="trajectory")
+    for i, (column, kind, index) in enumerate(mapping):
+        (line,) = axes[0].plot(t, fitted[:, i], "-", label=f"{column}: fit ({kind}{index})")
+        axes[0].plot(t, observed[:, i], ".", ms=2, color=line.get_color(), label=f"{column}: file")
+    axes[0].set(xlabel="t (s)", ylabel="the columns' values (file units)", title="trajectory")
     axes[0].legend(fontsize=8)
     axes[1].semilogy(result.loss_history)
-    axes[1].set(xlabel="optimizer step", ylabel="loss", title="loss")
+    axes[1].set(xlabel="optimizer iteration", ylabel="loss (mean square residual)", title="loss")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return fig
 
 
 # --- any scene from a Python factory -------------------------------------------------------------------
@@ -288,12 +305,15 @@ def parse_number(text):
     raise TrajectoryFileError(f"not a number: {text!r} (a float such as 0.01 or a fraction such as 1/240)")
 
 
-def model_file_factory(path):
-    """A scene factory for an MJCF model file: factory(mu=None, restitution=None) -> the loaded scene with every
-    contact's friction coefficient and restitution set to mu and restitution (None keeps the file's).
+def model_file_factory(path, keyframe=None):
+    """A scene factory for an MJCF model file: factory(mu=None, restitution=None, **coordinates) -> the loaded
+    scene with every contact's friction coefficient and restitution set to mu and restitution (None keeps the
+    file's), and the start state's coordinates qI and vI (keywords `q0`, `v3`, ...) set where given.
 
-    The file is loaded once (`jaxrbd.load_mjcf`); the parameters arrive as traced scalars and replace the
-    system's per-contact arrays, so they are differentiable like a Python factory's.
+    The file is loaded once (`jaxrbd.load_mjcf`, from `keyframe`: a `<key>` name or index, or None for the file's
+    qpos0 at rest); the parameters arrive as traced scalars and replace the system's per-contact arrays or the
+    state's entries, so they are differentiable like a Python factory's. `factory.defaults` holds the loaded
+    state's coordinates by name (the start value of a fitted qI or vI without --param).
     """
     import equinox as eqx
     import jax.numpy as jnp
@@ -301,31 +321,47 @@ def model_file_factory(path):
     from ..mjcf import load_mjcf
 
     try:
-        loaded = load_mjcf(path, coordinates="maximal")
-    except (ValueError, OSError) as err:
+        loaded = load_mjcf(path, coordinates="maximal", keyframe=keyframe)
+    except (ValueError, OSError, KeyError) as err:
         raise TrajectoryFileError(f"--scene {path!r}: {err}") from None
+    q0, v0 = np.asarray(loaded.state.q), np.asarray(loaded.state.v)
 
-    def factory(mu=None, restitution=None):
+    def factory(mu=None, restitution=None, **coordinates):
         system, state = loaded
         if mu is not None:
             system = eqx.tree_at(lambda s: s.mu, system, jnp.full_like(system.mu, mu))
         if restitution is not None:
             e = jnp.full_like(system.mu, restitution)
             system = eqx.tree_at(lambda s: s.restitution, system, e, is_leaf=lambda x: x is None)
-        return system, state
+        q, v = state.q, state.v
+        for name, value in coordinates.items():
+            match = _TARGET.match(name)
+            size = q0.size if match and match.group(1) == "q" else v0.size
+            if match is None or int(match.group(2)) >= size:
+                raise TrajectoryFileError(
+                    f"--param {name}: a model file takes mu, restitution and the start coordinates q0..q{q0.size - 1}"
+                    f" and v0..v{v0.size - 1}"
+                )
+            i = int(match.group(2))
+            if match.group(1) == "q":
+                q = q.at[i].set(value)
+            else:
+                v = v.at[i].set(value)
+        return system, eqx.tree_at(lambda s: (s.q, s.v), state, (q, v))
 
+    factory.defaults = {f"q{i}": float(x) for i, x in enumerate(q0)} | {f"v{i}": float(x) for i, x in enumerate(v0)}
     return factory
 
 
-def load_factory(spec):
-    """The scene factory of --scene: a model file (.xml, `model_file_factory`) or the callable named by
-    'module:function' (the module importable from sys.path or the working folder)."""
+def load_factory(spec, keyframe=None):
+    """The scene factory of --scene: a model file (.xml, `model_file_factory` from `keyframe`) or the callable
+    named by 'module:function' (the module importable from sys.path or the working folder)."""
     import sys
 
     if isinstance(spec, str) and spec.lower().endswith(".xml"):
         if not os.path.isfile(spec):
             raise TrajectoryFileError(f"--scene {spec!r}: no such model file")
-        return model_file_factory(spec)
+        return model_file_factory(spec, keyframe=_keyframe(keyframe))
     if not isinstance(spec, str) or spec.count(":") != 1 or not all(spec.split(":")):
         raise TrajectoryFileError(
             f"--scene {spec!r}: expected sliding_block, bouncing_ball, a model file (.xml) or module:function "
@@ -344,6 +380,13 @@ def load_factory(spec):
     if not callable(factory):
         raise TrajectoryFileError(f"--scene {spec!r}: {attr!r} is not callable")
     return factory
+
+
+def _keyframe(text):
+    """--keyframe: an index where the text is a non-negative integer, else a key's name; None stays None."""
+    if text is None:
+        return None
+    return int(text) if str(text).isdigit() else str(text)
 
 
 def parse_params(items, factory, spec):
@@ -409,11 +452,12 @@ def run_scene_fit(
     fit_names="",
     columns="",
     force=False,
-    steps=50,
+    iterations=50,
     impact="none",
     substeps=1,
     resample=False,
     noise=None,
+    keyframe=None,
 ):
     """Fit the parameters `fit_names` of the scene `factory(**params)` to the file's columns.
 
@@ -421,19 +465,24 @@ def run_scene_fit(
     (every `--param` must be one of them) and returns a `Scene` (or a (system,
     state) pair); the fitted ones arrive as traced scalars. The simulated q and v
     coordinates named in `columns` ('x=q0,z=q2,vz=v2') are compared with the
-    file's columns (`fit_scene`). A fitted parameter that starts > 0 is fitted in
-    log space (`Positive()`), one that starts <= 0 unbounded. Returns the fitted
-    values.
+    file's columns (`fit_scene`). A model file (.xml) starts from `keyframe` (or
+    its qpos0 at rest), and its start coordinates qI and vI can be fitted too
+    (`--fit mu,v0`), starting from the loaded state's values unless a --param
+    gives one. A fitted parameter that starts > 0 is fitted in log space
+    (`Positive()`), any other one unbounded (the start coordinates always).
+    Returns the fitted values.
     """
     from ..stepping import Newton, Poisson
     from ..sysid import Free, Positive
 
     _check_output(out, force, dt)
-    factory = load_factory(scene)
+    factory = load_factory(scene, keyframe=keyframe)
     start = parse_params(params, factory, scene)
     names = [s.strip() for s in (fit_names or "").split(",") if s.strip()]
     if not names:
         raise TrajectoryFileError("--fit: name at least one parameter to fit, for example --fit mu")
+    defaults = getattr(factory, "defaults", {})
+    start |= {k: defaults[k] for k in names if k not in start and k in defaults}
     unknown = [k for k in names if k not in start]
     if unknown:
         raise TrajectoryFileError(
@@ -458,10 +507,10 @@ def run_scene_fit(
         out=out,
         label=scene,
         path=path,
-        bounds={k: Positive() if start[k] > 0 else Free() for k in names},
+        bounds={k: Positive() if start[k] > 0 and not _TARGET.match(k) else Free() for k in names},
         restitution={"none": None, "newton": Newton(), "located": Newton(locate=True), "poisson": Poisson()}[impact],
         substeps=substeps,
-        steps=steps,
+        iterations=iterations,
         noise=noise,
     )
 
@@ -480,7 +529,7 @@ def fit_scene(
     bounds,
     restitution=None,
     substeps=1,
-    steps=50,
+    iterations=50,
     noise=None,
 ):
     """Fit `names` of `factory(**values)` to the columns of `data` by Levenberg-Marquardt; write the fit.
@@ -490,9 +539,14 @@ def fit_scene(
     coordinates `mapping` [(column, 'q' or 'v', index)] are compared with the
     columns (`jaxrbd.sysid.fit` with residuals; `bounds` per fitted name).
     Writes `out/fit.json` (values, standard deviations, 95% intervals,
-    identifiability, RMS, loss) and `out/fit.png` (data vs fit); prints them and
-    returns the fitted values.
+    identifiability, RMS, loss, and `failed`: the reasons the fit failed, empty
+    when it did not) and `out/fit.png` (data vs fit); prints them and returns the
+    fitted values. Raises `FitFailedError` (after writing both) when the fit did
+    not determine its parameters: an interval that is not finite, a gradient
+    that is exactly zero at the start (the data do not depend on the
+    parameters), or an RMS residual above `RMS_NOISE_LIMIT` times `noise`.
     """
+
     import jax.numpy as jnp
 
     from ..stepping import simulate
@@ -516,13 +570,15 @@ def fit_scene(
         data=observed,
         bounds={k: bounds[k] for k in names},
         optimizer=LevenbergMarquardt(),
-        steps=steps,
+        steps=iterations,
         param_rtol=1e-9,
         noise=noise,
         desc=f"{label}: fit {','.join(names)}",
+        progress=True,
     )
     fitted = {k: float(v) for k, v in result.params.items()}
     u = result.uncertainty
+    failed = _failures(result, names, noise)
     summary = dict(
         scene=label,
         file=path,
@@ -540,6 +596,7 @@ def fit_scene(
         converged=result.converged,
         loss=float(result.loss),
         seconds=result.seconds,
+        failed=failed,
     )
     os.makedirs(out, exist_ok=True)
     result_path = os.path.join(out, "fit.json")
@@ -551,10 +608,32 @@ def fit_scene(
         {k: jnp.asarray(v) for k, v in fitted.items()}, observed, names
     )
     fitted_curves = np.asarray(observed) + r.reshape(observed.shape)
-    _plot({"t": t}, np.asarray(observed), fitted_curves, result, os.path.join(out, "fit.png"))
+    _plot(t, np.asarray(observed), fitted_curves, mapping, result, os.path.join(out, "fit.png"))
     for k in names:
         lo, hi = summary["interval"][k]
         print(f"{k} = {fitted[k]:.6g} +- {summary['std'][k]:.2g} (95%: [{lo:.6g}, {hi:.6g}])")
-    print(f"{result.steps} steps, best loss {result.loss:.3e} (step {result.best_step}), {result.seconds:.1f} s")
+    print(
+        f"{result.steps} optimizer iterations, best loss {result.loss:.3e} (iteration {result.best_step}), "
+        f"{result.seconds:.1f} s"
+    )
     print(f"wrote {result_path} and {os.path.join(out, 'fit.png')}")
+    if failed:
+        raise FitFailedError("; ".join(failed))
     return fitted
+
+
+def _failures(result, names, noise):
+    """The reasons a finished fit did not determine its parameters (empty when it did)."""
+    reasons = []
+    u = result.uncertainty
+    for k in names:
+        lo, hi = (float(x) for x in u.interval[k])
+        if not (np.isfinite(lo) and np.isfinite(hi)):
+            reasons.append(f"{k}'s 95% interval [{lo:.6g}, {hi:.6g}] is not finite: the data do not determine it")
+    if len(result.grad_norms) and float(result.grad_norms[0]) == 0.0:
+        reasons.append("the loss's gradient is exactly zero at the start: the fitted columns do not depend on "
+                       f"{', '.join(names)} there")
+    if noise is not None and float(u.rms) > RMS_NOISE_LIMIT * noise:
+        reasons.append(f"the RMS residual {float(u.rms):.3g} is {float(u.rms) / noise:.0f} times the noise {noise:g} "
+                       f"(more than {RMS_NOISE_LIMIT:g}): the model does not explain the data")
+    return reasons
