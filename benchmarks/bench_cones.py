@@ -42,7 +42,7 @@ CONES = {
 
 @eqx.filter_jit
 def rollout(cone):
-    scene = rbd.scenes.four_balls(friction=cone)
+    scene = rbd.scenes.four_balls(cone=cone)
     traj = rbd.simulate(*scene, dt=args.dt, steps=args.steps)
     return traj.q[-1], traj.stats.residual, traj.stats.converged
 

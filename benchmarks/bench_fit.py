@@ -32,7 +32,7 @@ MU = 0.3
 
 def block_xy(mu):
     scene = rbd.scenes.block_on_incline(
-        angle=0.0, mu=mu, speed=1.0, heading=0.3, half_extents=jnp.array([0.1, 0.1, 0.02]), friction=rbd.EllipticCone()
+        angle=0.0, mu=mu, speed=1.0, heading=0.3, half_extents=jnp.array([0.1, 0.1, 0.02]), cone=rbd.EllipticCone()
     )
     return rbd.simulate(*scene, dt=0.01, steps=60).q[:, :2]
 

@@ -62,6 +62,7 @@ from .stepping import Newton as Newton
 from .stepping import NewtonRestitution as NewtonRestitution
 from .stepping import Poisson as Poisson
 from .stepping import PoissonRestitution as PoissonRestitution
+from .stepping import StepOptions as StepOptions
 from .stepping import StepStats as StepStats
 from .stepping import StepStatus as StepStatus
 from .stepping import StewartTrinkle as StewartTrinkle

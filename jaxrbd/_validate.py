@@ -91,3 +91,15 @@ def check_inertia(name, inertia):
 def as_float(x):
     """x as an array of the default float dtype (float64 with x64 enabled)."""
     return jnp.asarray(x, dtype=jnp.result_type(float))
+
+
+def renamed(where, old, old_value, new, new_value, *, stacklevel=3):
+    """The value of keyword `new`, or of its deprecated name `old` with a DeprecationWarning; both: a TypeError."""
+    if old_value is None:
+        return new_value
+    if new_value is not None:
+        raise TypeError(f"{where}: give {new}= only ({old}= is its deprecated name)")
+    import warnings
+
+    warnings.warn(f"{where}({old}=...) is deprecated: use {new}=", DeprecationWarning, stacklevel=stacklevel)
+    return old_value

@@ -55,7 +55,7 @@ def four_balls_table(progress=True):
 
 def spinning_sphere_runs(dt=P3_DT, steps=P3_STEPS):
     """P3 with the exact soft-finger cone and the direction sets of 002 eq. (5) and (6): {name: trajectory}."""
-    return {f: simulate(*scenes.spinning_sphere(friction=f), dt=dt, steps=steps) for f in ("exact", "eq5", "eq6")}
+    return {f: simulate(*scenes.spinning_sphere(cone=f), dt=dt, steps=steps) for f in ("exact", "eq5", "eq6")}
 
 
 def loaded(traj):
@@ -84,7 +84,7 @@ def seam_velocity_level_run(dt=0.1, time=SEAM_TIME, delta=1e-3):
     At h = 0.1 it shows the paper's penetration and bouncing across the seam (its "Stewart method").
     """
     cone = SoftFingerCone(1.0, 1.0, 0.3, directions=soft_finger_directions("eq5"))
-    scene = scenes.sphere_in_seam(friction=cone)
+    scene = scenes.sphere_in_seam(cone=cone)
     traj = simulate(*scene, dt=dt, steps=int(round(time / dt)), scheme=AnitescuPotra(delta=delta))
     return traj, jax.vmap(scene.system.gap)(traj.q)
 

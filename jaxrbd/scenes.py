@@ -15,6 +15,7 @@ import numpy as np
 from . import _rotation as rot
 from ._validate import as_float as _float
 from ._validate import check_value as _check
+from ._validate import renamed
 from .bodies import SceneBuilder
 from .cones import EllipticCone, SoftFingerCone, is_cone, soft_finger_directions
 from .geometry import Box, Capsule, Plane, Sphere
@@ -158,9 +159,10 @@ def four_balls(
     velocity=(1.5, 0.1, 0.0),
     positions=P2_POSITIONS,
     directions=8,
-    friction=None,
+    cone=None,
     restitution=0.0,
     gravity=GRAVITY,
+    friction=None,
 ):
     """BENCHMARKS.md P2 (003 §4.2): a ball thrown at a line of three balls on a table.
 
@@ -169,12 +171,13 @@ def four_balls(
     `mass` and `radius` are scalars or (4,); `inertia` defaults to the solid
     ball's (2/5) m r^2; `velocity` is the thrown ball's initial velocity.
     """
+    cone = renamed("scenes.four_balls", "friction", friction, "cone", cone)
     b = SceneBuilder(
         dim=3,
         mu=mu,
         restitution=restitution,
         directions=directions,
-        friction=friction,
+        cone=cone,
         gravity=(0.0, 0.0, -gravity),
         collide_bodies=False,
     )
@@ -217,8 +220,9 @@ def block_on_incline(
     speed=0.0,
     distance=0.0,
     directions=8,
-    friction=None,
+    cone=None,
     gravity=GRAVITY,
+    friction=None,
 ):
     """A cube (dim=3: four corner contacts) or a planar box (dim=2: two) resting on an incline.
 
@@ -237,8 +241,9 @@ def block_on_incline(
         speed: initial velocity along the slope (positive uphill).
         distance: initial position of the centre along the slope.
         directions: friction directions per contact (3D).
-        friction: the friction cone (3D; default `PolyhedralCone(directions)`).
+        cone: the friction cone (3D; default `PolyhedralCone(directions)`).
     """
+    cone = renamed("scenes.block_on_incline", "friction", friction, "cone", cone)
     _check("heading", heading)
     _check("speed", speed)
     _check("distance", distance)
@@ -259,7 +264,7 @@ def block_on_incline(
         )
         return b.build()
     uphill, n = _incline(angle, heading)
-    b = SceneBuilder(dim=3, mu=mu, directions=directions, friction=friction, gravity=(0.0, 0.0, -gravity))
+    b = SceneBuilder(dim=3, mu=mu, directions=directions, cone=cone, gravity=(0.0, 0.0, -gravity))
     b.add_static("incline", Plane(n))
     # The box frame: z along n, x along the slope line.
     tilt = rot.from_axis_angle(jnp.array([0.0, 1.0, 0.0]), -_float(angle))
@@ -275,13 +280,14 @@ def block_on_incline(
     return b.build()
 
 
-def rolling_ball(v0=1.0, mu=0.3, *, mass=1.0, radius=0.1, directions=8, friction=None, gravity=GRAVITY):
+def rolling_ball(v0=1.0, mu=0.3, *, mass=1.0, radius=0.1, directions=8, cone=None, gravity=GRAVITY, friction=None):
     """A ball launched sliding along +x at speed v0 without spin, on the table z = 0.
 
     Exact: it slides for 2 v0 / (7 mu g), then rolls at (5/7) v0 (BENCHMARKS.md).
     """
+    cone = renamed("scenes.rolling_ball", "friction", friction, "cone", cone)
     _check("v0", v0)
-    b = SceneBuilder(dim=3, mu=mu, directions=directions, friction=friction, gravity=(0.0, 0.0, -gravity))
+    b = SceneBuilder(dim=3, mu=mu, directions=directions, cone=cone, gravity=(0.0, 0.0, -gravity))
     b.add_static("table", Plane())
     b.add_body(
         "ball",
@@ -434,18 +440,18 @@ def chain(links=5, *, link_length=0.2, radius=0.02, mass=0.1, mu=0.5, height=0.0
 # Soft-finger and anisotropic friction (002 §4).
 
 
-def _soft_finger(friction, e_r):
+def _soft_finger(cone, e_r):
     """The cone of the 002 problems: "exact" (default), "eq5", "eq6" or a cone object."""
-    if friction is None or friction == "exact":
+    if cone is None or cone == "exact":
         return SoftFingerCone(1.0, 1.0, e_r)
-    if isinstance(friction, str):
-        return SoftFingerCone(1.0, 1.0, e_r, directions=soft_finger_directions(friction))
-    if not is_cone(friction):
-        raise TypeError(f"friction must be 'exact', 'eq5', 'eq6' or a jaxrbd.cones cone, got {friction!r}")
-    return friction
+    if isinstance(cone, str):
+        return SoftFingerCone(1.0, 1.0, e_r, directions=soft_finger_directions(cone))
+    if not is_cone(cone):
+        raise TypeError(f"cone must be 'exact', 'eq5', 'eq6' or a jaxrbd.cones cone, got {cone!r}")
+    return cone
 
 
-def spinning_sphere(mu=0.2, e_r=0.4, *, omega=1.962, mass=1.0, radius=1.0, friction=None, gravity=GRAVITY):
+def spinning_sphere(mu=0.2, e_r=0.4, *, omega=1.962, mass=1.0, radius=1.0, cone=None, gravity=GRAVITY, friction=None):
     """BENCHMARKS.md P3 (002 §4.1-4.2): a solid sphere spinning about the vertical on the plane z = 0.
 
     Exact with the soft-finger cone (e_t = e_o = 1): the normal impulse per step
@@ -456,12 +462,13 @@ def spinning_sphere(mu=0.2, e_r=0.4, *, omega=1.962, mass=1.0, radius=1.0, frict
     Args:
         mu: friction coefficient; e_r: the soft-finger torsion scale (a length).
         omega: initial spin about z.
-        friction: "exact" (default: `SoftFingerCone(1, 1, e_r)`), "eq5" or "eq6"
+        cone: "exact" (default: `SoftFingerCone(1, 1, e_r)`), "eq5" or "eq6"
             (the polyhedral direction sets of 002 eq. (5) and (6)), or any cone.
     """
+    cone = renamed("scenes.spinning_sphere", "friction", friction, "cone", cone)
     _check("e_r", e_r, positive=True)
     _check("omega", omega)
-    b = SceneBuilder(dim=3, mu=mu, friction=_soft_finger(friction, e_r), gravity=(0.0, 0.0, -gravity))
+    b = SceneBuilder(dim=3, mu=mu, cone=_soft_finger(cone, e_r), gravity=(0.0, 0.0, -gravity))
     b.add_static("table", Plane())
     b.add_body(
         "ball",
@@ -477,18 +484,19 @@ SEAM_POSITION = (0.0, 6.62105263157895, 8.78417110772903)
 SEAM_FORCE = (1.0, 2.6, -9.81)
 
 
-def sphere_in_seam(mu=0.2, e_r=0.3, *, friction=None, position=SEAM_POSITION, force=SEAM_FORCE):
+def sphere_in_seam(mu=0.2, e_r=0.3, *, cone=None, position=SEAM_POSITION, force=SEAM_FORCE, friction=None):
     """BENCHMARKS.md P4 (002 §4.3): a unit sphere driven along the seam between two fixed spheres.
 
     The fixed spheres have radius 10 (centre at the origin) and 9 (centre at
     (0, 11.4, 0)); the moving sphere (radius 1, mass 1, uniform) starts at rest
     touching both, and the constant force `force` (no gravity) drives it rolling
     and sliding along the seam until it leaves it (about t = 3.6 s in the paper).
-    Two contacts. `friction` as for `spinning_sphere` (default: the exact
+    Two contacts. `cone` as for `spinning_sphere` (default: the exact
     soft-finger cone with e_t = e_o = 1 and e_r).
     """
+    cone = renamed("scenes.sphere_in_seam", "friction", friction, "cone", cone)
     _check("e_r", e_r, positive=True)
-    b = SceneBuilder(dim=3, mu=mu, friction=_soft_finger(friction, e_r), gravity=(0.0, 0.0, 0.0))
+    b = SceneBuilder(dim=3, mu=mu, cone=_soft_finger(cone, e_r), gravity=(0.0, 0.0, 0.0))
     b.add_static("big", Sphere(10.0, position=(0.0, 0.0, 0.0)))
     b.add_static("small", Sphere(9.0, position=(0.0, 11.4, 0.0)))
     b.add_body("ball", Sphere(1.0), mass=1.0, position=position, force=force)
@@ -509,7 +517,7 @@ def skate(mu_along=0.02, mu_across=0.6, *, velocity=(1.0, 0.0, 0.0), mass=1.0, g
     _check("mu_across", mu_across, positive=True)
     half = jnp.array([0.15, 0.05, 0.01])  # low and wide, so that sideways friction does not tip it
     cone = EllipticCone(e_t=mu_along, e_o=mu_across)
-    b = SceneBuilder(dim=3, mu=1.0, friction=cone, gravity=(0.0, 0.0, -gravity))
+    b = SceneBuilder(dim=3, mu=1.0, cone=cone, gravity=(0.0, 0.0, -gravity))
     b.add_static("ice", Plane())
     b.add_body("skate", Box(half), mass=mass, position=(0.0, 0.0, 0.01), velocity=velocity)
     return b.build()
@@ -528,8 +536,9 @@ def box_stack(
     spacing=0.0,
     all_pairs=False,
     directions=8,
-    friction=None,
+    cone=None,
     gravity=GRAVITY,
+    friction=None,
 ):
     """n boxes stacked on the table z = 0, each resting on the one below (exactly, at rest).
 
@@ -546,6 +555,7 @@ def box_stack(
         half_extents: scalar, (3,) or (n, 3) half sizes.
         spacing: the initial gap between neighbours (m, >= 0).
     """
+    cone = renamed("scenes.box_stack", "friction", friction, "cone", cone)
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ValueError(f"n must be an integer >= 1, got {n!r}")
     _check("spacing", spacing, nonnegative=True)
@@ -555,7 +565,7 @@ def box_stack(
         dim=3,
         mu=mu,
         directions=directions,
-        friction=friction,
+        cone=cone,
         gravity=(0.0, 0.0, -gravity),
         collide_bodies=all_pairs,
     )
@@ -583,8 +593,9 @@ def cube_toss(
     orientation=(0.9238795325112867, 0.0, 0.3826834323650898, 0.0),
     table_half_extents=(1.0, 1.0, 0.05),
     directions=8,
-    friction=None,
+    cone=None,
     gravity=GRAVITY,
+    friction=None,
 ):
     """A cube thrown spinning onto a table that is itself a box (box-box contact).
 
@@ -595,9 +606,10 @@ def cube_toss(
     edge). height = h_z, identity orientation and w0 = 0 give a box sliding on a
     box: with v0 along x it decelerates at mu g (exactly, with the default cone).
     """
+    cone = renamed("scenes.cube_toss", "friction", friction, "cone", cone)
     _check("height", height)
     th = jnp.broadcast_to(_float(table_half_extents), (3,))
-    b = SceneBuilder(dim=3, mu=mu, directions=directions, friction=friction, gravity=(0.0, 0.0, -gravity))
+    b = SceneBuilder(dim=3, mu=mu, directions=directions, cone=cone, gravity=(0.0, 0.0, -gravity))
     b.add_static("table", Box(th, position=jnp.stack([0.0, 0.0, -th[2]])))
     b.add_body(
         "cube",
@@ -620,8 +632,9 @@ def box_push(
     half_extents=0.05,
     distance=0.05,
     directions=8,
-    friction=None,
+    cone=None,
     gravity=GRAVITY,
+    friction=None,
 ):
     """A box on the table z = 0 pushed along +x by a constant force into a second box resting ahead of it.
 
@@ -631,10 +644,11 @@ def box_push(
     slide together the exact acceleration is (force - mu g (m + m_pushed)) /
     (m + m_pushed) when it is positive.
     """
+    cone = renamed("scenes.box_push", "friction", friction, "cone", cone)
     _check("force", force)
     _check("distance", distance, nonnegative=True)
     h = jnp.broadcast_to(_float(half_extents), (3,))
-    b = SceneBuilder(dim=3, mu=mu, directions=directions, friction=friction, gravity=(0.0, 0.0, -gravity))
+    b = SceneBuilder(dim=3, mu=mu, directions=directions, cone=cone, gravity=(0.0, 0.0, -gravity))
     b.add_static("table", Plane())
     b.add_body(
         "pusher",

@@ -162,8 +162,8 @@ def test_bad_broad_phase_input_names_the_argument():
     b.add_static("table", rbd.Plane())
     for i in range(3):
         b.add_body(f"b{i}", rbd.Sphere(0.1), mass=1.0, position=(0.3 * i, 0.0, 0.1))
-    b.set_pair("b0", "b1", friction=rbd.EllipticCone())
-    with pytest.raises(ValueError, match="set_pair\\(friction=...\\) is not supported with a broad phase"):
+    b.set_pair("b0", "b1", cone=rbd.EllipticCone())
+    with pytest.raises(ValueError, match="set_pair\\(cone=...\\) is not supported with a broad phase"):
         b.build()
     with pytest.raises(ValueError, match="depend on q"):
         _pile(4).bodies.contact_bodies

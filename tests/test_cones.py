@@ -29,7 +29,7 @@ P3_SLOPE = 1.962  # 5 g e_r mu / 2 with e_r = 0.4, mu = 0.2, r = 1
 
 @functools.partial(jax.jit, static_argnames=("friction", "dt", "steps"))
 def _spin(mu, e_r, *, friction, dt, steps, omega=1.962):
-    scene = rbd.scenes.spinning_sphere(mu, e_r, friction=friction, omega=omega)
+    scene = rbd.scenes.spinning_sphere(mu, e_r, cone=friction, omega=omega)
     return rbd.simulate(*scene, dt=dt, steps=steps)
 
 
@@ -68,12 +68,12 @@ def test_p3_six_directions_slower():
 @pytest.mark.slow
 def test_mixed_cone_decouples_torsion():
     """002 example (c): with |c_r| <= e_r mu c_n separate from the ellipse, sliding does not weaken the moment."""
-    scene = rbd.scenes.rolling_ball(v0=1.0, mu=0.3, radius=0.1, friction=MixedCone(1.0, 1.0, 0.05))
+    scene = rbd.scenes.rolling_ball(v0=1.0, mu=0.3, radius=0.1, cone=MixedCone(1.0, 1.0, 0.05))
     system, state = scene
     state = rbd.State(state.t, state.q, state.v.at[5].set(20.0))  # sliding and spinning
     dt = 0.001
     mixed = rbd.simulate(system, state, dt=dt, steps=2)
-    coupled = rbd.simulate(system, state, dt=dt, steps=2, friction=SoftFingerCone(1.0, 1.0, 0.05))
+    coupled = rbd.simulate(system, state, dt=dt, steps=2, cone=SoftFingerCone(1.0, 1.0, 0.05))
     inertia = 0.4 * 0.1**2
     dw_mixed = float(mixed.v[1, 5] - mixed.v[0, 5]) / dt
     dw_coupled = float(coupled.v[1, 5] - coupled.v[0, 5]) / dt
@@ -90,7 +90,7 @@ def _slide(headings, friction):
 
 
 def _slide_one(heading, friction):
-    scene = rbd.scenes.block_on_incline(angle=0.0, mu=0.3, speed=1.0, heading=heading, friction=friction)
+    scene = rbd.scenes.block_on_incline(angle=0.0, mu=0.3, speed=1.0, heading=heading, cone=friction)
     traj = rbd.simulate(*scene, dt=0.01, steps=2)
     return traj.v[:, :3], traj.stats.residual
 
@@ -175,7 +175,7 @@ def test_smooth_cone_gradients_finite_at_degenerate_points(case):
 
 
 def _stop_distance(mu, v0, dt, steps):
-    scene = rbd.scenes.block_on_incline(angle=0.0, mu=mu, speed=v0, friction=EllipticCone())
+    scene = rbd.scenes.block_on_incline(angle=0.0, mu=mu, speed=v0, cone=EllipticCone())
     return rbd.simulate(*scene, dt=dt, steps=steps).q[-1, 0]
 
 
@@ -241,12 +241,12 @@ def test_bad_cone_for_scene():
     with pytest.raises(ValueError, match="mu must be >= 0"):
         rbd.scenes.spinning_sphere(mu=-0.1)
     with pytest.raises(ValueError, match="2 or 3 friction components"):
-        rbd.scenes.rolling_ball(friction=rbd.cones.PlanarCone())
+        rbd.scenes.rolling_ball(cone=rbd.cones.PlanarCone())
     system, state = rbd.scenes.falling_rod()
     with pytest.raises(ValueError, match="needs 3 friction components"):
-        rbd.simulate(system, state, dt=0.01, steps=1, friction=SoftFingerCone())
-    with pytest.raises(TypeError, match="friction must be a jaxrbd.cones cone"):
-        rbd.simulate(system, state, dt=0.01, steps=1, friction="elliptic")
+        rbd.simulate(system, state, dt=0.01, steps=1, cone=SoftFingerCone())
+    with pytest.raises(TypeError, match="cone must be a jaxrbd.cones cone"):
+        rbd.simulate(system, state, dt=0.01, steps=1, cone="elliptic")
 
 
 # -------------------------------------------------------------------------------------------
@@ -335,7 +335,7 @@ def test_smooth_cones_with_other_schemes_and_impact_laws():
     assert float(jnp.max(traj.stats.residual)) <= RESIDUAL_TOL
     scene = rbd.scenes.bouncing_ball(0.5, height=0.2, mu=0.3, velocity=(0.5, 0.0, 0.0))
     for law in (rbd.Newton(), rbd.Poisson()):
-        traj = rbd.simulate(*scene, dt=1e-3, steps=220, friction=EllipticCone(), restitution=law)
+        traj = rbd.simulate(*scene, dt=1e-3, steps=220, cone=EllipticCone(), impact=law)
         vz = np.asarray(traj.v[:, 2])
         hit = int(np.argmax(vz > 0))  # the first step that leaves the table
         impact_speed = math.sqrt(2 * G * 0.2)
@@ -346,13 +346,13 @@ def test_smooth_cones_with_other_schemes_and_impact_laws():
 
 
 def _three_spinning_balls(per_pair):
-    b = rbd.SceneBuilder(dim=3, mu=0.2, friction=SoftFingerCone(1.0, 1.0, 0.4), collide_bodies=False)
+    b = rbd.SceneBuilder(dim=3, mu=0.2, cone=SoftFingerCone(1.0, 1.0, 0.4), collide_bodies=False)
     b.add_static("table", rbd.Plane())
     for name, x, v in (("a", 0.0, (0, 0, 0)), ("b", 3.0, (1.0, 0, 0)), ("c", 6.0, (0, 1.0, 0))):
         b.add_body(name, rbd.Sphere(1.0), mass=1.0, position=(x, 0, 1.0), velocity=v, angular_velocity=(0, 0, 1.962))
     if per_pair:
-        b.set_pair("table", "b", friction=EllipticCone())
-        b.set_pair("table", "c", friction=PolyhedralCone(8))
+        b.set_pair("table", "b", cone=EllipticCone())
+        b.set_pair("table", "c", cone=PolyhedralCone(8))
     return b.build()
 
 
@@ -365,7 +365,7 @@ def test_cone_per_contact():
     assert float(jnp.max(traj.stats.residual)) <= RESIDUAL_TOL
     plain = _three_spinning_balls(per_pair=False)
     for ball, cone in enumerate((SoftFingerCone(1.0, 1.0, 0.4), EllipticCone(), PolyhedralCone(8))):
-        alone = rbd.simulate(*plain, dt=0.07, steps=5, friction=cone)
+        alone = rbd.simulate(*plain, dt=0.07, steps=5, cone=cone)
         np.testing.assert_allclose(traj.v[:, 6 * ball : 6 * ball + 6], alone.v[:, 6 * ball : 6 * ball + 6], atol=1e-12)
     # a: soft finger, spin falls at 1.962 rad/s^2; b, c: no torsional friction, they slide, then roll at 5/7
     np.testing.assert_allclose(traj.v[-1, 5], 1.962 * (1 - 5 * 0.07), rtol=EXACT_RTOL)

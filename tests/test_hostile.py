@@ -126,9 +126,9 @@ SWEEP_STRUCTURES = ("mixed6", "mixed8")
 MIXED_GRADIENTS = ("anitescu_potra",)
 
 SCHEMES = {
-    "anitescu_potra": dict(scheme=rbd.AnitescuPotra(), restitution=None),
-    "poisson": dict(scheme=rbd.AnitescuPotra(), restitution=rbd.Poisson()),
-    "stewart_trinkle": dict(scheme=rbd.StewartTrinkle(), restitution=None),
+    "anitescu_potra": dict(scheme=rbd.AnitescuPotra(), impact=None),
+    "poisson": dict(scheme=rbd.AnitescuPotra(), impact=rbd.PoissonRestitution()),
+    "stewart_trinkle": dict(scheme=rbd.StewartTrinkle(), impact=None),
 }
 DISSIPATIVE = ("anitescu_potra", "poisson")
 # The long profile's schemes: each takes about 16 minutes of one core (seven structures' gradient programs).
@@ -369,7 +369,7 @@ def _simulate(name, scheme, x, steps):
     system = system_of(name, x)
     state = rbd.State(jnp.zeros((), x.q.dtype), x.q, x.v)
     options = SCHEMES[scheme]
-    if name in SWEEP_STRUCTURES and options["restitution"] is None:
+    if name in SWEEP_STRUCTURES and options["impact"] is None:
         options = dict(options, solver=rbd.ContactSweeps())
     traj = rbd.simulate(system, state, dt=H, steps=steps, **options)
     energy = jax.vmap(system.energy)(traj.q, traj.v)

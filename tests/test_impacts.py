@@ -30,7 +30,7 @@ def _bouncing(h, seconds):
     @jax.jit
     def run(e):
         traj = rbd.simulate(
-            *rbd.scenes.bouncing_ball(e, height=DROP), dt=h, steps=round(seconds / h), restitution=rbd.Newton()
+            *rbd.scenes.bouncing_ball(e, height=DROP), dt=h, steps=round(seconds / h), impact=rbd.Newton()
         )
         return traj.q[:, 2] - RADIUS, traj.v[:, 2], traj.stats
 
@@ -81,7 +81,7 @@ def test_apex_gradient_matches_2_e_h0():
     steps = round(1.4 / h)
 
     def apex(e):
-        traj = rbd.simulate(*rbd.scenes.bouncing_ball(e, height=DROP), dt=h, steps=steps, restitution=rbd.Newton())
+        traj = rbd.simulate(*rbd.scenes.bouncing_ball(e, height=DROP), dt=h, steps=steps, impact=rbd.Newton())
         return jnp.max(traj.q[round(0.6 / h) :, 2]) - RADIUS  # the first rebound apex
 
     value, grad = jax.jit(jax.value_and_grad(apex))(E)
@@ -134,7 +134,7 @@ def test_poisson_never_gains_kinetic_energy_across_an_impact(name):
     make, dt, steps = ENERGY_SCENES[name]
     scene = make()
     law = rbd.Poisson()
-    traj = jax.jit(lambda s: rbd.simulate(*s, dt=dt, steps=steps, restitution=law))(scene)
+    traj = jax.jit(lambda s: rbd.simulate(*s, dt=dt, steps=steps, impact=law))(scene)
     assert bool(traj.stats.converged.all()) and float(traj.stats.residual.max()) <= 1e-8
     gain, before, residual, converged = _impact_energy_ratio(scene, traj, law, dt)
     assert bool(converged.all()) and float(residual.max()) <= 1e-8
@@ -169,7 +169,7 @@ def test_energy_gain_where_the_readme_says():
     for mu in (0.0, 0.3):
         scene = _spinning_rod(mu)
         system = scene.system
-        traj = rbd.simulate(*scene, dt=1e-4, steps=2, restitution=rbd.Newton())
+        traj = rbd.simulate(*scene, dt=1e-4, steps=2, impact=rbd.Newton())
         energy = jax.vmap(system.energy)(traj.q, traj.v)
         gains["newton", mu] = float(energy[-1] / energy[0] - 1)
         for label, law in (("poisson", rbd.Poisson()), ("poisson e_T=0", rbd.Poisson(tangential=0.0))):
@@ -189,7 +189,7 @@ def test_energy_gain_where_the_readme_says():
 def test_four_balls_with_restitution_bounce_off_the_table():
     """004 Figure 3: e = 0.9; the thrown ball leaves the table at 0.9 times its impact speed (no spin coupling)."""
     h = 0.0025
-    traj = rbd.simulate(*rbd.scenes.four_balls(restitution=0.9), dt=h, steps=400, restitution=rbd.Newton())
+    traj = rbd.simulate(*rbd.scenes.four_balls(restitution=0.9), dt=h, steps=400, impact=rbd.Newton())
     assert bool(traj.stats.converged.all()) and float(traj.stats.residual.max()) <= 1e-8
     vz = np.asarray(traj.v[:, 2])
     k = int(np.argmax(vz > 0))  # first step with the thrown ball rising
@@ -210,7 +210,7 @@ def test_bad_restitution_input():
         bad = eqx.tree_at(lambda s: s.restitution, scene.system, jnp.array([1.2]))
         rbd.simulate(bad, scene.state, dt=0.01, steps=1)
     with pytest.raises(TypeError, match="restitution must be"):
-        rbd.simulate(*scene, dt=0.01, steps=1, restitution=0.5)
+        rbd.simulate(*scene, dt=0.01, steps=1, impact=0.5)
 
 
 def _exact_bounces(t, drop, e, g=9.81):
@@ -236,7 +236,7 @@ def _located(h, steps):
         *rbd.scenes.bouncing_ball(0.6, height=drop, velocity=jnp.stack([0.0, 0.0, vz0])),
         dt=h,
         steps=steps,
-        restitution=rbd.Newton(locate=True),
+        impact=rbd.Newton(locate=True),
     )
     return jax.jit(jax.vmap(lambda drop: run(drop, 0.0).q[:, 2] - RADIUS)), jax.jit(run)
 

@@ -341,7 +341,7 @@ def _wheel_between_stops(omega0, e, dim=3):
 def test_restitution_at_a_stop_reverses_the_rate_times_e(dim, law):
     e, omega0, steps = 0.5, 2.0, 600
     scene = _wheel_between_stops(omega0, e, dim)
-    traj = rbd.simulate(*scene, dt=H, steps=steps, restitution=law)
+    traj = rbd.simulate(*scene, dt=H, steps=steps, impact=law)
     assert bool(traj.stats.converged.all()) and float(traj.stats.residual.max()) <= 1e-8
     angle = np.asarray(jax.vmap(lambda q: scene.bodies.joint_coordinates(q, scene.system.params)[0][0])(traj.q))
     rate = np.asarray(traj.v[:, 4] if dim == 3 else traj.v[:, 2])

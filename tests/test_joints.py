@@ -101,7 +101,7 @@ def test_pendulum_period_converges_to_the_exact_one():
 def test_pendulum_strikes_the_wall_and_rebounds_with_e(law):
     e, theta0, h = 0.5, 0.3, 1e-3
     traj = rbd.simulate(
-        *rbd.scenes.pendulum(LENGTH, theta0=theta0, wall=True, restitution=e), dt=h, steps=900, restitution=law
+        *rbd.scenes.pendulum(LENGTH, theta0=theta0, wall=True, restitution=e), dt=h, steps=900, impact=law
     )
     assert bool(traj.stats.converged.all()) and float(traj.stats.residual.max()) <= 1e-8
     assert float(traj.stats.joint_violation.max()) <= 1e-10

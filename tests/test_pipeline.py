@@ -29,9 +29,9 @@ def _count_collisions(monkeypatch, scene, *, solver=None, scheme=None, restituti
     while tracing one step (and its gradient)."""
     system, state = scene
     scheme = rbd.StewartTrinkle() if scheme is None else scheme
-    step_solver = rbd.choose_solver(system, state, solver=solver, scheme=scheme, restitution=restitution)
-    cone = rbd.stepping.default_cone(system, jax.eval_shape(system.contacts, state.q))
-    z0 = step_solver.init(system, state, cone)
+    options = rbd.StepOptions.resolve(system, state, dt=0.01, scheme=scheme, impact=restitution)
+    step_solver = rbd.choose_solver(system, state, options, solver=solver)
+    z0 = step_solver.init(system, state, options.cone)
     calls = []
     original = geometry.collide
 
@@ -42,9 +42,7 @@ def _count_collisions(monkeypatch, scene, *, solver=None, scheme=None, restituti
     monkeypatch.setattr(geometry, "collide", counted)
 
     def one_step(state):
-        options = dict(dt=0.01, scheme=scheme, cone=cone, restitution=restitution)
-        options.update(grad_smoothing=0.0, project_joints=True)
-        return step_solver.step(system, state, z0, **options)[0].q
+        return step_solver.step(system, state, z0, options)[0].q
 
     if grad:
         jax.eval_shape(jax.grad(lambda q: one_step(rbd.State(state.t, q, state.v)).sum()), state.q)
@@ -58,8 +56,8 @@ def _count_collisions(monkeypatch, scene, *, solver=None, scheme=None, restituti
     [
         {},
         {"solver": rbd.ContactSweeps()},
-        {"restitution": rbd.Newton()},
-        {"restitution": rbd.Poisson()},
+        {"restitution": rbd.NewtonRestitution()},
+        {"restitution": rbd.PoissonRestitution()},
         {"grad": True},
         {"solver": rbd.ContactSweeps(), "grad": True},
     ],
@@ -95,12 +93,11 @@ def test_generalized_systems_evaluate_their_gaps_once_per_step():
         return gaps(q, params)
 
     system = dataclasses.replace(system, gaps=counted)
-    step_solver = rbd.choose_solver(system, state)
-    cone = rbd.stepping.default_cone(system, jax.eval_shape(system.contacts, state.q))
-    z0 = step_solver.init(system, state, cone)
+    options = rbd.StepOptions.resolve(system, state, dt=0.01)
+    step_solver = rbd.choose_solver(system, state, options)
+    z0 = step_solver.init(system, state, options.cone)
     calls.clear()
-    options = dict(dt=0.01, scheme=rbd.StewartTrinkle(), cone=cone, restitution=None, grad_smoothing=0.0)
-    jax.eval_shape(lambda s: step_solver.step(system, s, z0, project_joints=True, **options), state)
+    jax.eval_shape(lambda s: step_solver.step(system, s, z0, options), state)
     assert len(calls) == 1
 
 
@@ -153,7 +150,7 @@ def test_simulate_runs_the_solver_choose_solver_names():
     assert rbd.choose_solver(*large).name == "ContactSweeps"
     assert rbd.choose_solver(*small, solver=rbd.Lemke()).name == "dense Lemke"
     with pytest.raises(ValueError, match="ContactSweeps: it does not support an impact law"):
-        rbd.choose_solver(*small, solver=rbd.ContactSweeps(), restitution=rbd.Newton())
+        rbd.choose_solver(*small, solver=rbd.ContactSweeps(), impact=rbd.Newton())
     with pytest.raises(TypeError, match="solver must be None, a complementarity solver"):
         rbd.choose_solver(*small, solver="lemke")
 
@@ -162,7 +159,7 @@ def test_simulate_runs_the_solver_choose_solver_names():
 
 # The pipeline's layers, bottom first: a module imports only from its own layer or below.
 LAYERS = [
-    ["jaxrbd._validate", "jaxrbd._rotation", "jaxrbd._progress", "jaxrbd._small", "jaxrbd._lanes"],
+    ["jaxrbd._config", "jaxrbd._validate", "jaxrbd._rotation", "jaxrbd._progress", "jaxrbd._small", "jaxrbd._lanes"],
     ["jaxrbd._problems", "jaxrbd._contacts", "jaxrbd.geometry", "jaxrbd.complementarity"],
     ["jaxrbd.cones", "jaxrbd._random"],
     ["jaxrbd.model"],
@@ -267,3 +264,40 @@ def _imports_cli(source):
             if is_cli(node.module) or any(is_cli(f"{node.module}.{alias.name}") for alias in node.names):
                 return True
     return False
+
+
+def test_the_former_keywords_still_work_with_a_deprecation_warning():
+    """simulate(friction=, restitution=) are cone= and impact=; SceneBuilder, set_pair, load_mjcf and the scenes
+    take cone= with friction= as its former name. Both at once is an error."""
+    system, state = rbd.scenes.bouncing_ball(0.5)
+    with pytest.warns(DeprecationWarning, match=r"simulate\(restitution=...\) is deprecated: use impact="):
+        old = rbd.simulate(system, state, dt=0.01, steps=3, restitution=rbd.Newton())
+    new = rbd.simulate(system, state, dt=0.01, steps=3, impact=rbd.NewtonRestitution())
+    np.testing.assert_array_equal(np.asarray(old.q), np.asarray(new.q))
+    with pytest.warns(DeprecationWarning, match=r"simulate\(friction=...\) is deprecated: use cone="):
+        rbd.simulate(system, state, dt=0.01, steps=3, impact=rbd.Newton(), friction=rbd.PolyhedralCone(8))
+    with pytest.raises(TypeError, match="give impact= only"):
+        rbd.simulate(system, state, dt=0.01, steps=3, impact=rbd.Newton(), restitution=rbd.Newton())
+    with pytest.warns(DeprecationWarning, match=r"SceneBuilder\(friction=...\)"):
+        b = rbd.SceneBuilder(friction=rbd.EllipticCone())
+    assert isinstance(b.friction, rbd.EllipticCone)
+    with pytest.warns(DeprecationWarning, match=r"scenes.rolling_ball\(friction=...\)"):
+        scene = rbd.scenes.rolling_ball(friction=rbd.EllipticCone())
+    assert isinstance(scene.system.friction, rbd.EllipticCone)
+    with pytest.warns(DeprecationWarning, match=r"choose_solver\(restitution=...\)"):
+        assert rbd.choose_solver(system, state, restitution=rbd.Newton()).name == "dense SemismoothNewton"
+
+
+def test_step_options_are_checked_once_with_the_argument_named():
+    system, state = rbd.scenes.four_balls()
+    options = rbd.StepOptions.resolve(system, state, dt=0.01)
+    assert isinstance(options.scheme, rbd.StewartTrinkle) and isinstance(options.cone, rbd.PolyhedralCone)
+    assert options.impact is None and options.project_joints is True
+    with pytest.raises(TypeError, match="impact must be None, jaxrbd.NewtonRestitution"):
+        rbd.StepOptions.resolve(system, state, dt=0.01, impact="newton")
+    with pytest.raises(TypeError, match="scheme must be"):
+        rbd.StepOptions.resolve(system, state, dt=0.01, scheme="stewart")
+    with pytest.raises(ValueError, match="grad_smoothing must be >= 0"):
+        rbd.StepOptions.resolve(system, state, dt=0.01, grad_smoothing=-1.0)
+    with pytest.raises(TypeError, match="options= or the option keywords, not both"):
+        rbd.choose_solver(system, state, options, impact=rbd.NewtonRestitution())

@@ -242,7 +242,7 @@ def test_tumbling_bodies_landing_never_gain_energy(scheme, law):
     )
     builder.exclude("box", "capsule")
     scene = builder.build()
-    traj = rbd.simulate(*scene, dt=0.005, steps=600, scheme=scheme, restitution=law)
+    traj = rbd.simulate(*scene, dt=0.005, steps=600, scheme=scheme, impact=law)
     energy = np.asarray(jax.vmap(scene.system.energy)(traj.q, traj.v))
     assert np.all(np.asarray(traj.stats.converged))
     assert np.max(np.diff(energy)) <= 1e-12 * energy[0]

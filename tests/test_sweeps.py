@@ -234,7 +234,7 @@ def test_custom_directions_use_the_local_newton(rollout):
     """Directions that are not a regular polygon: local semismooth Newton, same answer as dense."""
     directions = np.array([[1.0, 0.0], [0.3, 1.0], [-1.0, 0.2], [-0.2, -1.0], [0.8, -0.6]])
     directions /= np.linalg.norm(directions, axis=1, keepdims=True)
-    b = rbd.SceneBuilder(mu=0.3, friction=rbd.PolyhedralCone(directions=directions), collide_bodies=False)
+    b = rbd.SceneBuilder(mu=0.3, cone=rbd.PolyhedralCone(directions=directions), collide_bodies=False)
     b.add_static("table", rbd.Plane())
     for i in range(3):
         b.add_body(f"ball{i}", rbd.Sphere(0.1), mass=1.0, position=(0.5 * i, 0.0, 0.1), velocity=(1.0, 0.5 * i, 0.0))
@@ -277,7 +277,7 @@ def test_gradient_is_finite_at_rest_on_the_table():
 
 def test_large_body_scenes_pick_the_sparse_solver():
     small, large = rbd.scenes.sphere_grid(4), rbd.scenes.sphere_grid(9)
-    choose = lambda scene: rbd.choose_solver(scene.system, scene.state, friction=rbd.PolyhedralCone(8))
+    choose = lambda scene: rbd.choose_solver(scene.system, scene.state, cone=rbd.PolyhedralCone(8))
     assert 4 * 10 <= AUTO_SIZE < 9 * 10
     assert isinstance(choose(small), rbd.DenseStep) and isinstance(choose(small).solver, rbd.SemismoothNewton)
     assert isinstance(choose(large), rbd.ContactSweeps)
@@ -297,8 +297,8 @@ def test_coupled_scenes_stay_on_the_dense_step_up_to_the_coupled_size():
     "scene, options, message",
     [
         (lambda: rbd.scenes.falling_rod(), {}, "SceneBuilder"),
-        (lambda: rbd.scenes.sphere_grid(2), {"restitution": rbd.Newton()}, "impact law"),
-        (lambda: rbd.scenes.sphere_grid(2), {"friction": rbd.EllipticCone()}, "polyhedral cone"),
+        (lambda: rbd.scenes.sphere_grid(2), {"impact": rbd.NewtonRestitution()}, "impact law"),
+        (lambda: rbd.scenes.sphere_grid(2), {"cone": rbd.EllipticCone()}, "polyhedral cone"),
         (lambda: rbd.scenes.pendulum(), {}, "joints"),
     ],
 )

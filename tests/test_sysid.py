@@ -27,7 +27,7 @@ def _noisy(x, seed=0):
 
 def _block_xy(mu):
     scene = rbd.scenes.block_on_incline(
-        angle=0.0, mu=mu, speed=1.0, heading=0.3, half_extents=jnp.array([0.1, 0.1, 0.02]), friction=rbd.EllipticCone()
+        angle=0.0, mu=mu, speed=1.0, heading=0.3, half_extents=jnp.array([0.1, 0.1, 0.02]), cone=rbd.EllipticCone()
     )
     return rbd.simulate(*scene, dt=0.01, steps=60).q[:, :2]
 
@@ -77,7 +77,7 @@ def test_fit_falling_rod_mu_and_spin_jointly():
 
 def _ball_height(e):
     scene = rbd.scenes.bouncing_ball(e, height=0.5)
-    return rbd.simulate(*scene, dt=2e-3, steps=600, restitution=rbd.Newton()).q[:, 2:3]
+    return rbd.simulate(*scene, dt=2e-3, steps=600, impact=rbd.Newton()).q[:, 2:3]
 
 
 @pytest.mark.slow

@@ -79,7 +79,7 @@ def test_foreign_data_bad_input_names_the_argument():
 def _box_residuals(p, observed, half_extents, dt):
     speed, heading = jnp.hypot(p["vx"], p["vy"]), jnp.arctan2(p["vy"], p["vx"])
     scene = rbd.scenes.block_on_incline(
-        angle=0.0, mu=p["mu"], speed=speed, heading=heading, half_extents=half_extents, friction=rbd.EllipticCone()
+        angle=0.0, mu=p["mu"], speed=speed, heading=heading, half_extents=half_extents, cone=rbd.EllipticCone()
     )
     return rbd.simulate(*scene, dt=dt, steps=observed.shape[0] - 1).q[:, :2] + p["x0"] - observed
 
@@ -112,7 +112,7 @@ def _ball_heights(e, z0, vz0, observations, substeps):
     """The ball's height at each observation (240 Hz), `substeps` located Newton steps per observation."""
     scene = rbd.scenes.bouncing_ball(e, height=z0 - 0.1, radius=0.1, velocity=jnp.stack([0.0, 0.0, vz0]))
     traj = rbd.simulate(
-        *scene, dt=1 / 240 / substeps, steps=observations * substeps, restitution=rbd.Newton(locate=True)
+        *scene, dt=1 / 240 / substeps, steps=observations * substeps, impact=rbd.Newton(locate=True)
     )
     return traj.q[::substeps, 2:3]
 

@@ -98,7 +98,7 @@ def test_violation_needs_two_observed_states():
 
 
 def balls(mu):
-    return rbd.scenes.four_balls(mu, friction=EllipticCone())
+    return rbd.scenes.four_balls(mu, cone=EllipticCone())
 
 
 @pytest.mark.slow

@@ -143,7 +143,7 @@ def _trace(scene, **options):
 
 def test_restitution_without_an_impact_law_warns_once():
     scene = rbd.scenes.bouncing_ball(0.75)
-    with pytest.warns(UserWarning, match=r"restitution=rbd.Newton\(\) or rbd.Poisson\(\)") as record:
+    with pytest.warns(UserWarning, match=r"impact=rbd.NewtonRestitution\(\) or rbd.PoissonRestitution\(\)") as record:
         _trace(scene)
     assert sum("impact law" in str(w.message) for w in record) == 1
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from .. import _rotation as rot
 from .. import cones, geometry
-from .._validate import as_float, check_inertia, check_shape, check_value, is_traced
+from .._validate import as_float, check_inertia, check_shape, check_value, is_traced, renamed
 from ..dynamics import project_to_joints
 from ..geometry import BroadPhase, PairGroup
 from ..model import Scene, State
@@ -131,7 +131,7 @@ class SceneBuilder:
         restitution: restitution of shapes that do not set one (used by impact laws).
         directions: friction directions per contact in 3D (equally spaced, the
             first along the contact's t) of the default polyhedral cone.
-        friction: the friction cone of every contact (`jaxrbd.cones`), for example
+        cone: the friction cone of every contact (`jaxrbd.cones`), for example
             `EllipticCone()` or `SoftFingerCone(1, 1, 0.4)`; its scales may be
             scalars or one per contact. None: `PolyhedralCone(directions)` in 3D,
             `PlanarCone()` in 2D.
@@ -142,6 +142,7 @@ class SceneBuilder:
             than k shape pairs keeps its k nearest pairs by bounding spheres in each
             step, so an all-pairs scene does not carry O(n^2) contact rows; pairs
             within d that get no slot are reported in `traj.stats.overflow`.
+        friction: the deprecated name of `cone`.
     """
 
     def __init__(
@@ -152,11 +153,13 @@ class SceneBuilder:
         mu=0.0,
         restitution=0.0,
         directions=8,
-        friction=None,
+        cone=None,
         margin=math.inf,
         collide_bodies=True,
         broadphase=None,
+        friction=None,
     ):
+        friction = renamed("SceneBuilder", "friction", friction, "cone", cone)
         if dim not in (2, 3):
             raise ValueError(f"dim must be 2 or 3, got {dim!r}")
         if not isinstance(directions, int) or directions < 3:
@@ -266,11 +269,11 @@ class SceneBuilder:
 
     def _check_cone(self, friction):
         if not cones.is_cone(friction):
-            raise TypeError(f"friction must be a jaxrbd.cones cone, got {friction!r}")
+            raise TypeError(f"cone must be a jaxrbd.cones cone, got {friction!r}")
         allowed = (1,) if self.dim == 2 else (2, 3)
         if friction.dim not in allowed:
             raise ValueError(
-                f"friction: a {self.dim}D scene needs a cone with {' or '.join(map(str, allowed))} friction "
+                f"cone: a {self.dim}D scene needs a cone with {' or '.join(map(str, allowed))} friction "
                 f"components, got {type(friction).__name__} with {friction.dim}"
             )
         return friction
@@ -297,12 +300,14 @@ class SceneBuilder:
                 raise ValueError(f"no body or static shape named {n!r}; names: {self._names()}")
         return frozenset(names)
 
-    def set_pair(self, a, b, *, mu=None, restitution=None, friction=None):
+    def set_pair(self, a, b, *, mu=None, restitution=None, cone=None, friction=None):
         """Friction, restitution and the friction cone for the contacts between a and b.
 
         They override the shapes' and the scene's values. A cone given here makes
-        the scene's cone a `jaxrbd.cones.PerContactCone`.
+        the scene's cone a `jaxrbd.cones.PerContactCone`; `friction` is its
+        deprecated name.
         """
+        friction = renamed("SceneBuilder.set_pair", "friction", friction, "cone", cone)
         check_value(f"mu of the pair ({a!r}, {b!r})", mu, shape=(), nonnegative=True)
         check_value(f"restitution of the pair ({a!r}, {b!r})", restitution, shape=(), unit_interval=True)
         if friction is not None:
@@ -854,7 +859,7 @@ class SceneBuilder:
         )
         pair_cones += [None] * len(limits)  # the stops of the joint ranges follow the contacts
         if model.dynamic and any(c is not None for c in pair_cones):
-            raise ValueError("set_pair(friction=...) is not supported with a broad phase (broadphase=)")
+            raise ValueError("set_pair(cone=...) is not supported with a broad phase (broadphase=)")
         shapes = {
             kind: jax.tree_util.tree_map(
                 lambda *xs: jnp.stack([as_float(x) for x in xs]), *geometry.pad_meshes([s.arrays() for _, s in entries])

@@ -137,7 +137,7 @@ def sliding_block_factory(
 
     def factory(mu, vx, vy, x, y):
         system, state = scenes.block_on_incline(
-            angle=0.0, mu=mu, mass=mass, half_extents=half_extents, friction=EllipticCone(), gravity=gravity
+            angle=0.0, mu=mu, mass=mass, half_extents=half_extents, cone=EllipticCone(), gravity=gravity
         )
         q = state.q.at[:2].set(jnp.stack([x, y]))
         v = state.v.at[:2].set(jnp.stack([vx, vy]))
@@ -560,7 +560,7 @@ def fit_scene(
 
     def residuals(p, obs):
         system, state = factory(**fixed, **p)
-        traj = simulate(system, state, dt=dt / substeps, steps=(n - 1) * substeps, restitution=restitution)
+        traj = simulate(system, state, dt=dt / substeps, steps=(n - 1) * substeps, impact=restitution)
         q, v = traj.q[::substeps], traj.v[::substeps]
         return jnp.stack([(q if kind == "q" else v)[:, i] for _, kind, i in mapping], axis=1) - obs
 

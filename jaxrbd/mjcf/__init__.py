@@ -17,6 +17,7 @@ Needs the optional `mujoco` package (`pip install jaxrbd[mjcf]`).
 """
 
 from ._common import _mujoco as _mujoco
+from .._validate import renamed
 from ._common import _parse
 from ._maximal import MjcfLayout as MjcfLayout
 from ._maximal import MjcfScene as MjcfScene
@@ -26,13 +27,15 @@ from ._tree import load_tree
 COORDINATES = ("joints", "maximal")
 
 
-def load_mjcf(source, *, keyframe=None, directions=None, friction=None, broadphase=None, coordinates="joints"):
+def load_mjcf(
+    source, *, keyframe=None, directions=None, cone=None, broadphase=None, coordinates="joints", friction=None
+):
     """Load an MJCF model (a path or an XML string) as an `MjcfScene`, with MuJoCo's parser and compiler.
 
     Args:
         source: a path to an .xml file, or the XML itself as a string.
         keyframe: None (MuJoCo's qpos0), or a `<key>` name or index: its qpos and qvel.
-        friction: as in `SceneBuilder`.
+        cone: the friction cone, as in `SceneBuilder`.
         broadphase: as in `SceneBuilder`.
         directions: as in `SceneBuilder`. directions defaults
             to 8 in maximal coordinates and to 4 in joint coordinates (the edges of
@@ -41,6 +44,7 @@ def load_mjcf(source, *, keyframe=None, directions=None, friction=None, broadpha
             coordinates a model with more than `BROADPHASE_ABOVE` self-collision body
             pairs gets a broad phase by default; pass one to override it.
         coordinates: "joints" (the default) or "maximal".
+        friction: the deprecated name of `cone`.
 
     In joint coordinates (`jaxrbd.bodies.Tree`):
     - bodies, their offsets, masses, centres of mass and inertias are MuJoCo's;
@@ -71,6 +75,7 @@ def load_mjcf(source, *, keyframe=None, directions=None, friction=None, broadpha
         an `MjcfScene` (unpacks to `(system, state)`), with `dt`, `motors`,
         `to_mujoco_qpos`, `from_mujoco_qpos`, `to_mujoco_qvel` and `from_mujoco`.
     """
+    friction = renamed("load_mjcf", "friction", friction, "cone", cone)
     if coordinates not in COORDINATES:
         raise ValueError(f"load_mjcf: coordinates must be one of {COORDINATES}, got {coordinates!r}")
     mujoco = _mujoco()

@@ -435,7 +435,7 @@ def load_maximal(m, *, keyframe=None, directions=8, friction=None, broadphase=No
         dim=3,
         gravity=tuple(float(x) for x in m.opt.gravity),
         directions=directions,
-        friction=friction,
+        cone=friction,
         broadphase=broadphase,
     )
     owner = {}  # geom -> jaxrbd name (a moving body, or the static geom itself)

@@ -248,7 +248,7 @@ def _geometry(m, mujoco, data, body_name, geom_name, refuse, ignored, directions
         return None, (), {}, jax.device_put(np.zeros(0)), jax.device_put(np.zeros(0)), friction, ()
     if broadphase is None:
         broadphase = _default_broadphase(m, live, moving, collide)
-    b = SceneBuilder(dim=3, directions=directions, friction=friction, broadphase=broadphase)
+    b = SceneBuilder(dim=3, directions=directions, cone=friction, broadphase=broadphase)
     owner = {}
     for g in live:
         if not static(g):

@@ -3,6 +3,7 @@
 - `_schemes`: `StewartTrinkle`, `AnitescuPotra` (the `Scheme` family);
 - `_impacts`: `NewtonRestitution`, `PoissonRestitution` (the `ImpactLaw` family);
 - `_rows`: the step problem assembled from the contact record;
+- `_options`: `StepOptions`, the options of a step resolved once;
 - `_solver`: the `StepSolver` interface; `_dense`: `DenseStep`; `_sweeps`: `ContactSweeps`;
 - `_status`: `StepStatus`, why a step is bad, found from traced values;
 - `_rollout`: `choose_solver` (the one rule) and `simulate`.
@@ -17,6 +18,7 @@ from ._impacts import NewtonRestitution as NewtonRestitution
 from ._impacts import Poisson as Poisson
 from ._impacts import PoissonRestitution as PoissonRestitution
 from ._impacts import resolve_impact as resolve_impact
+from ._options import StepOptions as StepOptions
 from ._rollout import choose_solver as choose_solver
 from ._rollout import simulate as simulate
 from ._rows import default_cone as default_cone

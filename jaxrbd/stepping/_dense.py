@@ -147,19 +147,21 @@ class DenseStep(StepSolver):
     def name(self):
         return f"dense {type(self.solver).__name__}"
 
-    def supports(self, system, scheme, cone, restitution, grad_smoothing):
+    def supports(self, system, options):
         return None
 
     def init(self, system, state, cone):
         ng = jax.eval_shape(system.constraint, state.q).shape[0]
         return jnp.zeros(cone.size(system.ncontacts(state.q), ng), state.q.dtype)
 
-    def step(self, system, state, z, *, dt, scheme, cone, restitution=None, grad_smoothing=0.0, project_joints=True):
+    def step(self, system, state, z, options):
         """One dense step; the record runs once at q and once per fixed-point iterate.
 
         The stats cover every complementarity solve of the step (impacts and the
         drift projection too).
         """
+        dt, scheme, cone, restitution = options.dt, options.scheme, options.cone, options.impact
+        grad_smoothing, project_joints = options.grad_smoothing, options.project_joints
         solver = self.solver
         t, q, v = state.t, state.q, state.v
         contacts = system.contacts(q)

@@ -8,16 +8,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import dynamics
-from .._validate import check_value, is_traced
+from .._validate import is_traced, renamed
 from ..bodies._flight import FLIGHT
 from ..complementarity import Solver
 from ..complementarity._implicit import SOLUTION
-from ..cones import Cone
 from ..model import State, check_system
 from ._dense import DenseStep
-from ._impacts import ImpactLaw
-from ._rows import default_cone
-from ._schemes import Scheme, StewartTrinkle
+from ._options import StepOptions
 from ._solver import StepSolver
 from ._status import StepStatus, parameter_status, step_status
 from ._sweeps import ContactSweeps
@@ -36,16 +33,19 @@ def _step_solver(solver):
     )
 
 
-def _check_options(scheme, friction, restitution):
-    if not isinstance(scheme, Scheme):
-        raise TypeError(f"scheme must be jaxrbd.StewartTrinkle(...) or jaxrbd.AnitescuPotra(...), got {scheme!r}")
-    if friction is not None and not isinstance(friction, Cone):
-        raise TypeError(f"friction must be a jaxrbd.cones cone, got {friction!r}")
-    if restitution is not None and not isinstance(restitution, ImpactLaw):
-        raise TypeError(f"restitution must be None, jaxrbd.Newton() or jaxrbd.Poisson(), got {restitution!r}")
-
-
-def choose_solver(system, state, *, scheme=None, solver=None, friction=None, restitution=None, grad_smoothing=0.0):
+def choose_solver(
+    system,
+    state,
+    options=None,
+    *,
+    solver=None,
+    scheme=None,
+    cone=None,
+    impact=None,
+    grad_smoothing=0.0,
+    friction=None,
+    restitution=None,
+):
     """The step solver `simulate` runs with these options: one rule for `simulate`, `jaxrbd bench` and the tests.
 
     - A step solver that was given runs, or a ValueError says why it cannot
@@ -56,22 +56,42 @@ def choose_solver(system, state, *, scheme=None, solver=None, friction=None, res
       `ContactSweeps`;
       everything else on the dense step with `SemismoothNewton()`.
 
+    Args:
+        system: the `System`.
+        state: its `State`.
+        options: a `StepOptions` (`StepOptions.resolve`); or None, and the options as
+            keywords: scheme, cone, impact, grad_smoothing (as in `simulate`).
+        solver: None, a complementarity solver or a step solver (as in `simulate`).
+        scheme: see `simulate`.
+        cone: see `simulate`.
+        impact: see `simulate`.
+        grad_smoothing: see `simulate`.
+        friction: the deprecated name of `cone`.
+        restitution: the deprecated name of `impact`.
+
     Returns:
         A `StepSolver` (its `name` says which).
     """
-    scheme = StewartTrinkle() if scheme is None else scheme
-    _check_options(scheme, friction, restitution)
-    cone = default_cone(system, jax.eval_shape(system.contacts, state.q)) if friction is None else friction
+    cone = renamed("choose_solver", "friction", friction, "cone", cone)
+    impact = renamed("choose_solver", "restitution", restitution, "impact", impact)
+    if options is None:
+        options = StepOptions.resolve(
+            system, state, scheme=scheme, cone=cone, impact=impact, grad_smoothing=grad_smoothing
+        )
+    elif not isinstance(options, StepOptions):
+        raise TypeError(f"options must be a jaxrbd.stepping.StepOptions or None, got {options!r}")
+    elif scheme is not None or cone is not None or impact is not None or grad_smoothing:
+        raise TypeError("choose_solver: give options= or the option keywords, not both")
     chosen = _step_solver(solver)
     if chosen is not None:
-        reason = chosen.supports(system, scheme, cone, restitution, grad_smoothing)
+        reason = chosen.supports(system, options)
         if reason is not None:
             raise ValueError(f"solver={chosen.name}: {reason}")
         return chosen
     sweeps = ContactSweeps()
-    if sweeps.supports(system, scheme, cone, restitution, grad_smoothing) is None:
+    if sweeps.supports(system, options) is None:
         ng = jax.eval_shape(system.constraint, state.q).shape[0]
-        if cone.size(system.ncontacts(state.q), ng) > sweeps.auto_size(system):
+        if options.cone.size(system.ncontacts(state.q), ng) > sweeps.auto_size(system):
             return sweeps
     return DenseStep()
 
@@ -108,9 +128,9 @@ def _rollout(step_fn, state, z0, steps, xs=None):
     return Trajectory(cat(state.t, states.t), cat(state.q, states.q), cat(state.v, states.v), impulses, stats)
 
 
-def _warn_inelastic(system, restitution):
+def _warn_inelastic(system, impact):
     """Warn when the contacts carry restitution but no impact law will use it."""
-    if restitution is not None:
+    if impact is not None:
         return
     e = [] if system.restitution is None or is_traced(system.restitution) else [np.ravel(system.restitution)]
     model = system.bodies
@@ -122,7 +142,8 @@ def _warn_inelastic(system, restitution):
         return
     warnings.warn(
         f"simulate: the contacts have restitution coefficients up to {e.max():.3g}, but without an "
-        "impact law every contact is inelastic; pass restitution=rbd.Newton() or rbd.Poisson() to make them bounce",
+        "impact law every contact is inelastic; pass impact=rbd.NewtonRestitution() or rbd.PoissonRestitution() to make "
+        "them bounce",
         UserWarning,
         stacklevel=3,
     )
@@ -182,12 +203,14 @@ def simulate(
     steps,
     scheme=None,
     solver=None,
-    friction=None,
+    cone=None,
     grad_smoothing=0.0,
-    restitution=None,
+    impact=None,
     project_joints=True,
     throw=False,
     controls=None,
+    friction=None,
+    restitution=None,
 ):
     """Roll the system forward `steps` steps of size `dt` in a `lax.scan`.
 
@@ -205,11 +228,12 @@ def simulate(
             `Lemke()`), or a step solver (`DenseStep(...)`, `ContactSweeps()`: sparse
             block Gauss-Seidel for scenes of rigid bodies). None: `choose_solver`
             picks one.
-        friction: the friction cone (`jaxrbd.cones`); None uses `system.friction`
+        cone: the friction cone (`jaxrbd.cones`); None uses `system.friction`
             or, without one, the polyhedral (or planar) default.
         grad_smoothing: passed to `solve_lcp` for the backward pass.
-        restitution: the impact law: None (inelastic, the papers' schemes),
-            `Newton()` or `Poisson(...)`; the coefficients are `system.restitution`.
+        impact: the impact law: None (inelastic, the papers' schemes),
+            `NewtonRestitution()` or `PoissonRestitution(...)`; the coefficients are
+            `system.restitution`.
         project_joints: move q back to g(q) = 0 after every step and before the
             first (`jaxrbd.dynamics.project_to_joints`); without it the joints drift.
         throw: raise (through `equinox.error_if`, so also under `jit`) when a step's
@@ -221,8 +245,11 @@ def simulate(
             step k (replayed logs; an array leaf, so `jax.grad` flows to it), or a
             function u(t, state) -> (nu,) of the state at the start of the step.
             None: `system.params.control` (zeros as built) in every step.
+        friction: the deprecated name of `cone`.
+        restitution: the deprecated name of `impact`.
 
-    Concrete inputs are checked on the host (`check_system`); a scene whose
+    The options are resolved and checked once (`StepOptions.resolve`) and given to
+    the step solver as one record. Concrete inputs are checked on the host (`check_system`); a scene whose
     contacts carry restitution, simulated without an impact law, gives one warning.
 
     Returns:
@@ -234,28 +261,26 @@ def simulate(
     _check_steps(dt, steps)
     if not isinstance(throw, bool):
         raise TypeError(f"throw must be True or False, got {throw!r}")
-    check_value("grad_smoothing", grad_smoothing, shape=(), nonnegative=True)
+    cone = renamed("simulate", "friction", friction, "cone", cone)
+    impact = renamed("simulate", "restitution", restitution, "impact", impact)
     check_system(system, state)
-    _warn_inelastic(system, restitution)
-    scheme = StewartTrinkle() if scheme is None else scheme
     dtype = jnp.result_type(state.q, state.v, float)
     state = State(jnp.asarray(state.t, dtype), jnp.asarray(state.q, dtype), jnp.asarray(state.v, dtype))
-    _check_options(scheme, friction, restitution)
-    controls = _check_controls(system, state, controls, steps)
-    cone = default_cone(system, jax.eval_shape(system.contacts, state.q)) if friction is None else friction
-    options = dict(scheme=scheme, friction=cone, restitution=restitution, grad_smoothing=grad_smoothing)
-    step_solver = choose_solver(system, state, solver=solver, **options)
-    jax.eval_shape(lambda q: system.contacts(q).friction_rows(cone.dim), state.q)  # a clear error on a mismatch
-    if project_joints:
-        state = State(state.t, dynamics.project_to_joints(system, state.q), state.v)
-    options = dict(
+    options = StepOptions.resolve(
+        system,
+        state,
         dt=dt,
         scheme=scheme,
         cone=cone,
-        restitution=restitution,
+        impact=impact,
         grad_smoothing=grad_smoothing,
         project_joints=project_joints,
     )
+    _warn_inelastic(system, impact)
+    controls = _check_controls(system, state, controls, steps)
+    step_solver = choose_solver(system, state, options, solver=solver)
+    if project_joints:
+        state = State(state.t, dynamics.project_to_joints(system, state.q), state.v)
     parameters = parameter_status(system, dt)
 
     def step_fn(state, z, u):
@@ -263,9 +288,9 @@ def simulate(
         if controls is not None:  # the motors' forces enter through external_force (`BodyModel.motor_force`)
             u = controls(state.t, state) if callable(controls) else u
             stepped = eqx.tree_at(lambda s: s.params.control, system, jnp.asarray(u, dtype))
-        new_state, z, impulses, stats = step_solver.step(stepped, state, z, **options)
+        new_state, z, impulses, stats = step_solver.step(stepped, state, z, options)
         return new_state, z, impulses, step_status(parameters, state, new_state, impulses, stats)
 
     xs = controls if controls is not None and not callable(controls) else None
-    traj = _rollout(step_fn, state, step_solver.init(system, state, cone), steps, xs)
+    traj = _rollout(step_fn, state, step_solver.init(system, state, options.cone), steps, xs)
     return _raise_on_bad_status(traj) if throw else traj

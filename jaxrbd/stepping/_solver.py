@@ -19,13 +19,14 @@ class StepSolver(eqx.Module):
         """A short label, as the benchmark prints it."""
 
     @abc.abstractmethod
-    def supports(self, system, scheme, cone, restitution, grad_smoothing):
-        """None when this solver can run the step, else a string saying why not."""
+    def supports(self, system, options):
+        """None when this solver can run the step with these `StepOptions`, else a string saying why not."""
 
     @abc.abstractmethod
     def init(self, system, state, cone):
         """The warm start z0 of the first step."""
 
     @abc.abstractmethod
-    def step(self, system, state, z, *, dt, scheme, cone, restitution, grad_smoothing, project_joints):
-        """One step: (next state, z for the next warm start, `ContactImpulses`, `StepStats`)."""
+    def step(self, system, state, z, options):
+        """One step with these `StepOptions`: (next state, z for the next warm start, `ContactImpulses`,
+        `StepStats`)."""

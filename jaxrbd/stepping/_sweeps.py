@@ -152,7 +152,8 @@ class ContactSweeps(StepSolver):
     def name(self):
         return "ContactSweeps"
 
-    def supports(self, system, scheme, cone, restitution, grad_smoothing):
+    def supports(self, system, options):
+        scheme, cone = options.scheme, options.cone
         model = system.bodies
         if model is None:
             return "it needs a scene of rigid bodies built by jaxrbd.SceneBuilder (system.bodies is None)"
@@ -171,9 +172,9 @@ class ContactSweeps(StepSolver):
             return "the scene has no contact pairs, so there is nothing to sweep; use the dense SemismoothNewton"
         if not isinstance(cone, PolyhedralCone) or cone.dim != 2:
             return f"it supports the polyhedral cone in (t, o) only, got {type(cone).__name__}"
-        if restitution is not None:
-            return "it does not support an impact law (restitution must be None)"
-        if grad_smoothing:
+        if options.impact is not None:
+            return "it does not support an impact law (impact must be None)"
+        if options.grad_smoothing:
             return "grad_smoothing must be 0"
         if scheme.fixed_point_iterations:
             return "it supports the linearized Stewart-Trinkle scheme only (fixed_point_iterations=0)"
@@ -192,9 +193,12 @@ class ContactSweeps(StepSolver):
     def init(self, system, state, cone):
         return jnp.zeros((system.ncontacts(state.q), cone.k + 2), state.q.dtype)
 
-    def step(self, system, state, z, *, dt, scheme, cone, restitution=None, grad_smoothing=0.0, project_joints=True):
-        """One step by block Gauss-Seidel sweeps: (next state, z (nc, k + 2), impulses, stats)."""
-        del restitution, grad_smoothing, project_joints  # unsupported (see `supports`) or without effect
+    def step(self, system, state, z, options):
+        """One step by block Gauss-Seidel sweeps: (next state, z (nc, k + 2), impulses, stats).
+
+        The impact law and grad_smoothing are refused by `supports`; project_joints has no effect (no joints).
+        """
+        dt, scheme, cone = options.dt, options.scheme, options.cone
         model = system.bodies
         t, q, v = state.t, state.q, state.v
         nb, dtype = model.nbodies, q.dtype
