@@ -159,7 +159,7 @@ def test_simulate_runs_the_solver_choose_solver_names():
 
 # The pipeline's layers, bottom first: a module imports only from its own layer or below.
 LAYERS = [
-    ["jaxrbd._config", "jaxrbd._validate", "jaxrbd._rotation", "jaxrbd._progress", "jaxrbd._small", "jaxrbd._lanes"],
+    ["jaxrbd._config", "jaxrbd._status", "jaxrbd._validate", "jaxrbd._rotation", "jaxrbd._progress", "jaxrbd._small", "jaxrbd._lanes"],
     ["jaxrbd._problems", "jaxrbd._contacts", "jaxrbd.geometry", "jaxrbd.complementarity"],
     ["jaxrbd.cones", "jaxrbd._random"],
     ["jaxrbd.model"],

@@ -151,7 +151,7 @@ def test_restitution_without_an_impact_law_warns_once():
 def test_no_warning_with_an_impact_law_or_without_restitution(ball):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        _trace(rbd.scenes.bouncing_ball(0.75), restitution=rbd.Newton())
+        _trace(rbd.scenes.bouncing_ball(0.75), impact=rbd.NewtonRestitution())
         _trace(ball)
 
 

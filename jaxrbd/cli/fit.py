@@ -173,7 +173,7 @@ def _shortcut(scene, data, dt, *, half_extents, radius, mass, gravity, start):
     The start values: mu or e 0.5 and the velocity from the first two samples, all fitted; the position
     `start`, held, or when None the first sample, fitted (a noisy first sample would bias the coefficient).
     """
-    from ..stepping import Newton
+    from ..stepping import NewtonRestitution
     from ..sysid import Free, Interval, Positive
 
     _positive("mass", mass)
@@ -201,7 +201,7 @@ def _shortcut(scene, data, dt, *, half_extents, radius, mass, gravity, start):
     bounds = {"e": Interval(0.0, 1.0), "vz": Free(), "z": Free()}
     factory = bouncing_ball_factory(radius=radius, mass=mass, gravity=gravity)
     names = ["e", "vz"] + (["z"] if start is None else [])
-    return factory, values, names, bounds, [("z", "q", 2)], Newton(locate=True)
+    return factory, values, names, bounds, [("z", "q", 2)], NewtonRestitution(locate=True)
 
 
 def run_fit(
@@ -251,7 +251,7 @@ def run_fit(
         label=scene,
         path=path,
         bounds=bounds,
-        restitution=impact,
+        impact=impact,
         substeps=substeps,
         iterations=iterations,
         noise=noise,
@@ -472,7 +472,7 @@ def run_scene_fit(
     (`Positive()`), any other one unbounded (the start coordinates always).
     Returns the fitted values.
     """
-    from ..stepping import Newton, Poisson
+    from ..stepping import NewtonRestitution, PoissonRestitution
     from ..sysid import Free, Positive
 
     _check_output(out, force, dt)
@@ -508,7 +508,12 @@ def run_scene_fit(
         label=scene,
         path=path,
         bounds={k: Positive() if start[k] > 0 and not _TARGET.match(k) else Free() for k in names},
-        restitution={"none": None, "newton": Newton(), "located": Newton(locate=True), "poisson": Poisson()}[impact],
+        impact={
+            "none": None,
+            "newton": NewtonRestitution(),
+            "located": NewtonRestitution(locate=True),
+            "poisson": PoissonRestitution(),
+        }[impact],
         substeps=substeps,
         iterations=iterations,
         noise=noise,
@@ -527,7 +532,7 @@ def fit_scene(
     label,
     path,
     bounds,
-    restitution=None,
+    impact=None,
     substeps=1,
     iterations=50,
     noise=None,
@@ -550,7 +555,8 @@ def fit_scene(
     import jax.numpy as jnp
 
     from ..stepping import simulate
-    from ..sysid import LevenbergMarquardt, _problem, fit
+    from ..sysid import LevenbergMarquardt, fit
+    from ..sysid._problem import _problem
 
     if not (isinstance(substeps, int) and substeps >= 1):
         raise TrajectoryFileError(f"--substeps must be an integer >= 1, got {substeps!r}")
@@ -560,7 +566,7 @@ def fit_scene(
 
     def residuals(p, obs):
         system, state = factory(**fixed, **p)
-        traj = simulate(system, state, dt=dt / substeps, steps=(n - 1) * substeps, impact=restitution)
+        traj = simulate(system, state, dt=dt / substeps, steps=(n - 1) * substeps, impact=impact)
         q, v = traj.q[::substeps], traj.v[::substeps]
         return jnp.stack([(q if kind == "q" else v)[:, i] for _, kind, i in mapping], axis=1) - obs
 
@@ -631,9 +637,13 @@ def _failures(result, names, noise):
         if not (np.isfinite(lo) and np.isfinite(hi)):
             reasons.append(f"{k}'s 95% interval [{lo:.6g}, {hi:.6g}] is not finite: the data do not determine it")
     if len(result.grad_norms) and float(result.grad_norms[0]) == 0.0:
-        reasons.append("the loss's gradient is exactly zero at the start: the fitted columns do not depend on "
-                       f"{', '.join(names)} there")
+        reasons.append(
+            "the loss's gradient is exactly zero at the start: the fitted columns do not depend on "
+            f"{', '.join(names)} there"
+        )
     if noise is not None and float(u.rms) > RMS_NOISE_LIMIT * noise:
-        reasons.append(f"the RMS residual {float(u.rms):.3g} is {float(u.rms) / noise:.0f} times the noise {noise:g} "
-                       f"(more than {RMS_NOISE_LIMIT:g}): the model does not explain the data")
+        reasons.append(
+            f"the RMS residual {float(u.rms):.3g} is {float(u.rms) / noise:.0f} times the noise {noise:g} "
+            f"(more than {RMS_NOISE_LIMIT:g}): the model does not explain the data"
+        )
     return reasons

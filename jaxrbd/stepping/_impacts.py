@@ -216,7 +216,7 @@ class PoissonRestitution(ImpactLaw):
 def resolve_impact(system, state, *, dt, scheme, law, solver=None, cone=None):
     """The impact of `law` at `state` alone, as the dense step starts it: an `Impact`.
 
-    For tests and analysis; `simulate(restitution=law)` runs it in every step.
+    For tests and analysis; `simulate(impact=law)` runs it in every step.
     """
     contacts = system.contacts(state.q)
     cone = default_cone(system, contacts) if cone is None else cone

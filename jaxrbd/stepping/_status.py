@@ -1,13 +1,13 @@
 """The status of a step: why a run is bad, computed from traced values so that it works under `jit`."""
 
-import enum
-
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 
+from .._status import StatusCode
 
-class StepStatus(enum.IntEnum):
+
+class StepStatus(StatusCode):
     """The status of one step of a rollout (`traj.stats.status`, an int array under `jit`).
 
     `simulate` sets it (a step solver alone reports SUCCESS). The bad-parameter
@@ -18,29 +18,13 @@ class StepStatus(enum.IntEnum):
     SOLVER_FAILED. `StepStatus.message(code)` says what a code means.
     """
 
-    SUCCESS = 0
-    SOLVER_FAILED = 1
-    NONFINITE_STATE = 2
-    BAD_DT = 3
-    NEGATIVE_MASS = 4
-    NEGATIVE_MU = 5
-    BAD_RESTITUTION = 6
-
-    @classmethod
-    def message(cls, code):
-        """The sentence for a status code (an int or a scalar array)."""
-        return _MESSAGES[cls(int(code))]
-
-
-_MESSAGES = {
-    StepStatus.SUCCESS: "the step converged",
-    StepStatus.SOLVER_FAILED: "the step's solve did not converge, or produced NaN or inf",
-    StepStatus.NONFINITE_STATE: "NaN or inf in the state (q, v) before the step",
-    StepStatus.BAD_DT: "the step size dt is not a finite number > 0",
-    StepStatus.NEGATIVE_MASS: "a body's mass is not > 0, or its inertia is not positive definite (or not finite)",
-    StepStatus.NEGATIVE_MU: "a friction coefficient mu is negative or not finite",
-    StepStatus.BAD_RESTITUTION: "a restitution coefficient is outside [0, 1]",
-}
+    SUCCESS = 0, "the step converged"
+    SOLVER_FAILED = 1, "the step's solve did not converge, or produced NaN or inf"
+    NONFINITE_STATE = 2, "NaN or inf in the state (q, v) before the step"
+    BAD_DT = 3, "the step size dt is not a finite number > 0"
+    NEGATIVE_MASS = 4, "a body's mass is not > 0, or its inertia is not positive definite (or not finite)"
+    NEGATIVE_MU = 5, "a friction coefficient mu is negative or not finite"
+    BAD_RESTITUTION = 6, "a restitution coefficient is outside [0, 1]"
 
 
 def _all_finite(*trees):
