@@ -3,7 +3,7 @@ every public name of `jaxrbd`.
 
 A page's ```python blocks run in order, in one namespace, in a fresh interpreter whose working folder is a scratch
 folder (what an example writes stays there), with matplotlib drawing off screen. Each page is one test; the guides
-compile many rollouts, so they run with the slow set; the README's example runs in the default run.
+and the README's example compile several rollouts each, so they run with the slow set.
 """
 
 import os
@@ -47,6 +47,7 @@ def test_guide_examples_run(page, tmp_path):
     _run_page(page, tmp_path)
 
 
+@pytest.mark.slow
 def test_the_readme_example_runs(tmp_path):
     out = _run_page(ROOT / "README.md", tmp_path)
     assert (tmp_path / "cube.png").exists(), out
