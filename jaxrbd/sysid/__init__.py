@@ -2,6 +2,7 @@
 
 The package, one concern per module: `_bounds` (parameter maps), `_losses`
 (`trajectory_loss`), `_experiments` (`Experiments`, `MultipleShooting`),
+`_forms` (the problem objects `Loss`, `LeastSquares`, `ManyExperiments`),
 `_problem` (the compiled residual Jacobian), `_uncertainty` (`uncertainty`),
 `_fit` (`fit`, `LevenbergMarquardt`, `FitResult`), `_violation` (the
 complementarity-violation loss).
@@ -73,6 +74,9 @@ from ._experiments import MultipleShooting as MultipleShooting
 from ._fit import FitResult as FitResult
 from ._fit import LevenbergMarquardt as LevenbergMarquardt
 from ._fit import fit as fit
+from ._forms import LeastSquares as LeastSquares
+from ._forms import Loss as Loss
+from ._forms import ManyExperiments as ManyExperiments
 from ._losses import trajectory_loss as trajectory_loss
 from ._uncertainty import Uncertainty as Uncertainty
 from ._uncertainty import uncertainty as uncertainty

@@ -12,6 +12,7 @@ import optax
 from .._config import BATCH_COMPILER_OPTIONS
 from .._validate import check_value
 from ._bounds import Free, Interval, Positive, _norm
+from ._forms import PROBLEMS, keywords
 from ._problem import _UPDATES, _cached, _problem
 from ._uncertainty import _assess
 
@@ -201,9 +202,12 @@ def fit(
     noise=None,
     level=0.95,
 ):
-    """Minimize a loss over the parameters by gradient descent with optax.
+    """Minimize a loss over the parameters: by gradient descent with optax, or as least squares.
 
-    Three ways to state the problem:
+    The problem is an object, as in `optimistix.least_squares(fn, solver, y0)`:
+    `fit(Loss(fn, data), params)`, `fit(LeastSquares(fn, data), params,
+    optimizer=LevenbergMarquardt())` or `fit(ManyExperiments(predict, experiments),
+    params, ...)`. The same three forms as keywords:
 
     - `loss(params)` (or `loss(params, data)` with `data=`): a scalar.
     - `residuals=fn`: fn(params) (or fn(params, data)) returns the residual vector
@@ -223,7 +227,8 @@ def fit(
     (a new lambda, or a new optimizer object, does).
 
     Args:
-        loss: a function of a dict of parameters (and `data`), returning a scalar;
+        loss: the problem: a `Loss`, `LeastSquares` or `ManyExperiments`; or a
+            function of a dict of parameters (and `data`), returning a scalar;
             it usually simulates a scene built from them and compares with data
             (`trajectory_loss`). It is `jit`-compiled once.
         params: dict name -> initial value (scalars or arrays).
@@ -232,7 +237,11 @@ def fit(
         optimizer: any optax `GradientTransformation`; default `optax.adam(0.05)`
             (steps of about 5% in log space for `Positive()` parameters). Line-search
             methods such as `optax.lbfgs()` get the objective too; they suit
-            ill-conditioned fits of several coupled parameters.
+            ill-conditioned fits of several coupled parameters. For residuals:
+            `LevenbergMarquardt()` (a host loop on the compiled Jacobian), or an
+            optimistix least-squares solver (`optimistix.LevenbergMarquardt(rtol,
+            atol)`, `optimistix.GaussNewton(...)`: the whole solve compiled as one
+            program; its history holds the start and the solution only).
         steps: the step budget (>= 1).
         loss_tol: stop when the loss is at most this.
         grad_tol: stop when the gradient norm is at most this.
@@ -256,6 +265,18 @@ def fit(
     """
     from .._progress import tqdm
 
+    if isinstance(loss, PROBLEMS):
+        given = [
+            k
+            for k, v in (("data", data), ("residuals", residuals), ("predict", predict), ("experiments", experiments))
+            if v is not None
+        ] + (["per_experiment"] if per_experiment else [])
+        if given:
+            raise TypeError(f"fit: the problem object holds the data and functions; do not also give {given}")
+        forms = keywords(loss)
+        loss, data, residuals = forms.get("loss"), forms.get("data"), forms.get("residuals")
+        predict, experiments = forms.get("predict"), forms.get("experiments")
+        per_experiment = forms.get("per_experiment", ())
     problem = _problem(residuals, data, predict, experiments, per_experiment)
     if problem is None:
         if not callable(loss):
@@ -270,12 +291,14 @@ def fit(
     check_value("loss_tol", loss_tol, shape=())
     check_value("grad_tol", grad_tol, shape=(), nonnegative=True)
     check_value("param_rtol", param_rtol, shape=(), nonnegative=True)
-    if optimizer is not None and not isinstance(optimizer, (optax.GradientTransformation, LevenbergMarquardt)):
+    least_squares = isinstance(optimizer, LevenbergMarquardt) or _is_least_squares_solver(optimizer)
+    if optimizer is not None and not (isinstance(optimizer, optax.GradientTransformation) or least_squares):
         raise TypeError(
-            f"optimizer must be an optax GradientTransformation (optax.adam(...)) or LevenbergMarquardt(), got {optimizer!r}"
+            "optimizer must be an optax GradientTransformation (optax.adam(...)), LevenbergMarquardt() or an "
+            f"optimistix least-squares solver (optimistix.LevenbergMarquardt(...)), got {optimizer!r}"
         )
-    if isinstance(optimizer, LevenbergMarquardt) and problem is None:
-        raise TypeError("LevenbergMarquardt() needs residuals= or predict= with experiments=, not a scalar loss")
+    if least_squares and problem is None:
+        raise TypeError(f"{type(optimizer).__name__} needs residuals= or predict= with experiments=, not a scalar loss")
     bounds = dict(bounds or {})
     unknown = set(bounds) - set(params)
     if unknown:
@@ -297,6 +320,16 @@ def fit(
                     f"got shape {np.shape(params[k])}"
                 )
     maps = {k: bounds.get(k, Free()) for k in params}
+    if _is_least_squares_solver(optimizer):
+        start = time.perf_counter()
+        losses, gnorms, history, converged = _fit_optimistix(
+            problem, optimizer, {k: np.asarray(v, dtype=float) for k, v in params.items()}, maps, data, steps=steps
+        )
+        best_step = int(np.argmin(losses))
+        best = {k: np.asarray(v[best_step]) for k, v in history.items()}
+        return _finish(
+            problem, best, losses, gnorms, history, converged, start, best_step, data, bounds, noise, level, desc
+        )
     if isinstance(optimizer, LevenbergMarquardt):
         from .._progress import tqdm
 
@@ -374,6 +407,71 @@ def fit(
     return _finish(
         problem, best, losses, gnorms, history, converged, start, best_step, data, bounds, noise, level, desc
     )
+
+
+def _is_least_squares_solver(optimizer):
+    """Whether `optimizer` is an optimistix least-squares solver (optimistix is imported only when it is loaded)."""
+    import sys
+
+    optx = sys.modules.get("optimistix")
+    return optx is not None and isinstance(optimizer, optx.AbstractLeastSquaresSolver)
+
+
+_OPTIMISTIX = {}
+
+
+def _fit_optimistix(problem, solver, params, maps, data, *, steps):
+    """`optimistix.least_squares` on the residuals in the unconstrained coordinates, compiled once per
+    (problem, names, shapes, bounds, solver, steps): the whole solve is one XLA program.
+
+    optimistix reports no per-iteration history: the result's history holds the
+    start and the solution (two entries).
+    """
+    import optimistix as optx
+
+    names = list(params)
+    shapes = [np.shape(params[k]) for k in names]
+    leaves, treedef = jax.tree_util.tree_flatten(solver)  # its tolerances may be arrays: keyed by value
+    solver_key = (treedef, tuple(repr(np.asarray(x).tolist()) for x in leaves))
+    key = (problem, tuple(names), tuple(shapes), tuple(maps[k] for k in names), solver_key, steps)
+
+    def natural(u):
+        return {k: maps[k].to_param(u[k]) for k in names}
+
+    def make():
+        def r_of(u, data):
+            r, valid = problem.residuals(natural(u), data)
+            return jnp.where(valid > 0, r, 0.0)
+
+        def run(u0, data):
+            sol = optx.least_squares(r_of, solver, u0, args=data, max_steps=steps, throw=False)
+            return sol.value, sol.stats["num_steps"], sol.result == optx.RESULTS.successful
+
+        def loss_grad(u, data):
+            r, valid = problem.residuals(natural(u), data)
+            m = jnp.maximum(jnp.sum(valid), 1.0)
+            value, g = jax.value_and_grad(lambda u: jnp.sum(valid * r_of(u, data) ** 2) / m)(u)
+            return value, _norm(g)
+
+        return (
+            jax.jit(run, compiler_options=BATCH_COMPILER_OPTIONS),
+            jax.jit(loss_grad, compiler_options=BATCH_COMPILER_OPTIONS),
+        )
+
+    run, loss_grad = _cached(_OPTIMISTIX, key, make)
+    u0 = {k: maps[k].to_free(jnp.asarray(params[k], jnp.result_type(float))) for k in names}
+    u, _, converged = run(u0, data)
+    losses, gnorms, history = [], [], {k: [] for k in names}
+    for point in (u0, u):
+        value, gnorm = (float(x) for x in loss_grad(point, data))
+        if not (np.isfinite(value) and np.isfinite(gnorm)):
+            current = {k: np.asarray(v).tolist() for k, v in natural(point).items()}
+            raise FloatingPointError(f"fit: non-finite loss or gradient with parameters {current}")
+        losses.append(value)
+        gnorms.append(gnorm)
+        for k, v in natural(point).items():
+            history[k].append(np.asarray(v))
+    return losses, gnorms, history, bool(converged)
 
 
 def _finish(problem, best, losses, gnorms, history, converged, start, best_step, data, bounds, noise, level, desc):
