@@ -1,6 +1,8 @@
 """`sweep`: map a simulation over a batch of parameters with vmap, in chunks, sharded over devices."""
 
 import math
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -10,7 +12,9 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from ._config import BATCH_COMPILER_OPTIONS
 
 
-def sweep(fn, params, *, chunk_size=None, devices=None):
+def sweep(
+    fn: Callable[[Any], Any], params: Any, *, chunk_size: int | None = None, devices: Sequence[jax.Device] | None = None
+) -> Any:
     """fn applied to every parameter set of a batch: `vmap`, chunked, sharded over devices.
 
     The batch is split into chunks of `chunk_size` sets (bounding memory: one

@@ -1,11 +1,14 @@
 """The entry points `solve_lcp` and `solve_ncp`, with input checks and a typed solution."""
 
 import functools
+from collections.abc import Callable
+from typing import Any
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from .._problems import LCP, NCP, natural_residual
 from .._validate import check_value
@@ -115,7 +118,15 @@ def solve(problem, *, solver=None, z0=None, grad_smoothing=0.0):
     return _solve_checked(problem, solver, z0, float(grad_smoothing))
 
 
-def solve_lcp(A, b, *, solver=None, z0=None, n_free=0, grad_smoothing=0.0) -> LCPSolution:
+def solve_lcp(
+    A: ArrayLike,
+    b: ArrayLike,
+    *,
+    solver: Solver | None = None,
+    z0: ArrayLike | None = None,
+    n_free: int = 0,
+    grad_smoothing: float | ArrayLike = 0.0,
+) -> LCPSolution:
     """Solve the (mixed) LCP 0 <= z ⊥ w = A z + b >= 0.
 
     Works under `jit`, `vmap` and `grad`. Gradients with respect to A and b come
@@ -140,7 +151,16 @@ def solve_lcp(A, b, *, solver=None, z0=None, n_free=0, grad_smoothing=0.0) -> LC
     return solve(LCP(A, b, n_free), solver=solver, z0=z0, grad_smoothing=grad_smoothing)
 
 
-def solve_ncp(fn, args, n, *, solver=None, z0=None, n_free=0, grad_smoothing=0.0) -> LCPSolution:
+def solve_ncp(
+    fn: Callable,
+    args: Any,
+    n: int,
+    *,
+    solver: Solver | None = None,
+    z0: ArrayLike | None = None,
+    n_free: int = 0,
+    grad_smoothing: float | ArrayLike = 0.0,
+) -> LCPSolution:
     """Solve the nonlinear (mixed) complementarity problem 0 <= z ⊥ fn(z, args) >= 0.
 
     Args:

@@ -16,8 +16,12 @@ Two body models read the same file:
 Needs the optional `mujoco` package (`pip install jaxrbd[mjcf]`).
 """
 
-from ._common import _mujoco as _mujoco
+import os
+
 from .._validate import renamed
+from ..cones import Cone
+from ..geometry import BroadPhase
+from ._common import _mujoco as _mujoco
 from ._common import _parse
 from ._maximal import MjcfLayout as MjcfLayout
 from ._maximal import MjcfScene as MjcfScene
@@ -28,8 +32,15 @@ COORDINATES = ("joints", "maximal")
 
 
 def load_mjcf(
-    source, *, keyframe=None, directions=None, cone=None, broadphase=None, coordinates="joints", friction=None
-):
+    source: str | os.PathLike,
+    *,
+    keyframe: str | int | None = None,
+    directions: int | None = None,
+    cone: Cone | None = None,
+    broadphase: int | BroadPhase | None = None,
+    coordinates: str = "joints",
+    friction: Cone | None = None,
+) -> MjcfScene:
     """Load an MJCF model (a path or an XML string) as an `MjcfScene`, with MuJoCo's parser and compiler.
 
     Args:

@@ -1,20 +1,25 @@
 """The rule that picks a step solver, and the differentiable rollout `simulate`."""
 
 import warnings
+from collections.abc import Callable
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from .. import dynamics
 from .._validate import is_traced, renamed
 from ..bodies._flight import FLIGHT
 from ..complementarity import Solver
 from ..complementarity._implicit import SOLUTION
-from ..model import State, check_system
+from ..cones import Cone
+from ..model import State, System, check_system
 from ._dense import DenseStep
+from ._impacts import ImpactLaw
 from ._options import StepOptions
+from ._schemes import Scheme
 from ._solver import StepSolver
 from ._status import StepStatus, parameter_status, step_status
 from ._sweeps import ContactSweeps
@@ -34,18 +39,18 @@ def _step_solver(solver):
 
 
 def choose_solver(
-    system,
-    state,
-    options=None,
+    system: System,
+    state: State,
+    options: StepOptions | None = None,
     *,
-    solver=None,
-    scheme=None,
-    cone=None,
-    impact=None,
-    grad_smoothing=0.0,
-    friction=None,
-    restitution=None,
-):
+    solver: Solver | StepSolver | None = None,
+    scheme: Scheme | None = None,
+    cone: Cone | None = None,
+    impact: ImpactLaw | None = None,
+    grad_smoothing: float | ArrayLike = 0.0,
+    friction: Cone | None = None,
+    restitution: ImpactLaw | None = None,
+) -> StepSolver:
     """The step solver `simulate` runs with these options: one rule for `simulate`, `jaxrbd bench` and the tests.
 
     - A step solver that was given runs, or a ValueError says why it cannot
@@ -196,22 +201,22 @@ def _check_controls(system, state, controls, steps):
 
 
 def simulate(
-    system,
-    state,
+    system: System,
+    state: State,
     *,
-    dt,
-    steps,
-    scheme=None,
-    solver=None,
-    cone=None,
-    grad_smoothing=0.0,
-    impact=None,
-    project_joints=True,
-    throw=False,
-    controls=None,
-    friction=None,
-    restitution=None,
-):
+    dt: float | ArrayLike,
+    steps: int,
+    scheme: Scheme | None = None,
+    solver: Solver | StepSolver | None = None,
+    cone: Cone | None = None,
+    grad_smoothing: float | ArrayLike = 0.0,
+    impact: ImpactLaw | None = None,
+    project_joints: bool = True,
+    throw: bool = False,
+    controls: ArrayLike | Callable | None = None,
+    friction: Cone | None = None,
+    restitution: ImpactLaw | None = None,
+) -> Trajectory:
     """Roll the system forward `steps` steps of size `dt` in a `lax.scan`.
 
     The solution of each step warm-starts the next. The rollout is `jit`-,

@@ -2,6 +2,8 @@
 
 import functools
 import time
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -12,7 +14,8 @@ import optax
 from .._config import BATCH_COMPILER_OPTIONS
 from .._validate import check_value
 from ._bounds import Free, Interval, Positive, _norm
-from ._forms import PROBLEMS, keywords
+from ._experiments import Experiments
+from ._forms import PROBLEMS, LeastSquares, Loss, ManyExperiments, keywords
 from ._problem import _UPDATES, _cached, _problem
 from ._uncertainty import _assess
 
@@ -182,26 +185,26 @@ def _fit_lm(problem, lm, params, maps, data, *, steps, loss_tol, grad_tol, param
 
 
 def fit(
-    loss=None,
-    params=None,
+    loss: Loss | LeastSquares | ManyExperiments | Callable | None = None,
+    params: dict | None = None,
     *,
-    bounds=None,
-    optimizer=None,
-    steps=200,
-    loss_tol=0.0,
-    grad_tol=1e-10,
-    param_rtol=0.0,
-    patience=5,
-    progress=True,
-    desc="fit",
-    data=None,
-    residuals=None,
-    predict=None,
-    experiments=None,
-    per_experiment=(),
-    noise=None,
-    level=0.95,
-):
+    bounds: dict | None = None,
+    optimizer: Any = None,
+    steps: int = 200,
+    loss_tol: float = 0.0,
+    grad_tol: float = 1e-10,
+    param_rtol: float = 0.0,
+    patience: int = 5,
+    progress: bool = True,
+    desc: str = "fit",
+    data: Any = None,
+    residuals: Callable | None = None,
+    predict: Callable | None = None,
+    experiments: Experiments | None = None,
+    per_experiment: Sequence[str] = (),
+    noise: float | None = None,
+    level: float = 0.95,
+) -> FitResult:
     """Minimize a loss over the parameters: by gradient descent with optax, or as least squares.
 
     The problem is an object, as in `optimistix.least_squares(fn, solver, y0)`:

@@ -1,9 +1,13 @@
 """`trajectory_loss`: the mean square misfit of a predicted trajectory, with a mask and weights."""
 
+import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 
-def trajectory_loss(pred, observed, mask=None, weights=None):
+def trajectory_loss(
+    pred: ArrayLike, observed: ArrayLike, mask: ArrayLike | None = None, weights: ArrayLike | None = None
+) -> jax.Array:
     """Mean squared error over the observed entries.
 
     Args:

@@ -1,5 +1,8 @@
 """`uncertainty`: the Gauss-Newton covariance, Student t intervals and the parameters the data do not constrain."""
 
+from collections.abc import Callable, Sequence
+from typing import Any
+
 import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
@@ -198,20 +201,20 @@ def _warn(result, params, bounds, names, flat, weak, loose, rng, label):
 
 
 def uncertainty(
-    residuals=None,
-    params=None,
-    data=None,
+    residuals: Callable | None = None,
+    params: dict | None = None,
+    data: Any = None,
     *,
-    predict=None,
-    experiments=None,
-    per_experiment=(),
-    bounds=None,
-    noise=None,
-    level=0.95,
-    rcond=1e-8,
-    rel_std=1.0,
-    warn=True,
-):
+    predict: Callable | None = None,
+    experiments: Any = None,
+    per_experiment: Sequence[str] = (),
+    bounds: dict | None = None,
+    noise: float | None = None,
+    level: float = 0.95,
+    rcond: float = 1e-8,
+    rel_std: float = 1.0,
+    warn: bool = True,
+) -> "Uncertainty":
     """The Gauss-Newton uncertainty of least-squares parameters at an optimum.
 
     With r(theta) the residual vector (m observed entries) and J = dr/dtheta (m, p)

@@ -2,11 +2,12 @@
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
-from ..cones import EllipticCone
+from ..cones import Cone, EllipticCone
 from ..cones._smooth import _SmoothCone
-from ..model import State
-from ..stepping import StewartTrinkle, default_cone, step_problem_at
+from ..model import State, System
+from ..stepping import Scheme, StewartTrinkle, default_cone, step_problem_at
 
 
 class LineCone(_SmoothCone):
@@ -27,7 +28,7 @@ def _smooth_cone(system, q):
     return EllipticCone()
 
 
-def velocities_from_positions(system, q, dt):
+def velocities_from_positions(system: System, q: ArrayLike, dt: float) -> jax.Array:
     """(T, nv) the velocities v_1..v_T that the scheme's update q_{k+1} = q_k + h G(q_k) v_{k+1} implies.
 
     v_{k+1} = G(q_k)^+ (q_{k+1} - q_k) / h: exact for coordinates the step
@@ -74,7 +75,18 @@ def _step_violation(system, cone, scheme, dt, weight, iterations, t, q, v, v_nex
     return R(jax.lax.stop_gradient(z), prob)
 
 
-def violation_residuals(system, q, v=None, *, dt, t0=0.0, scheme=None, cone=None, weight=1.0, iterations=30):
+def violation_residuals(
+    system: System,
+    q: ArrayLike,
+    v: ArrayLike | None = None,
+    *,
+    dt: float,
+    t0: float = 0.0,
+    scheme: Scheme | None = None,
+    cone: Cone | None = None,
+    weight: float = 1.0,
+    iterations: int = 30,
+) -> jax.Array:
     """(K, m) the complementarity-violation residuals of K observed steps: a loss without rollouts.
 
     For each observed step (q_k, v_k) -> v_{k+1}, the step's complementarity
@@ -140,7 +152,7 @@ def violation_residuals(system, q, v=None, *, dt, t0=0.0, scheme=None, cone=None
     return jax.lax.map(lambda args: one(*args), (t, q[:-1], v[:-1], v[1:]))
 
 
-def violation_loss(system, q, v=None, *, dt, **kwargs):
+def violation_loss(system: System, q: ArrayLike, v: ArrayLike | None = None, *, dt: float, **kwargs) -> jax.Array:
     """The mean over observed steps of the squared complementarity violation (`violation_residuals`).
 
     A loss in the parameters of `system` that needs no rollout: each observed
