@@ -9,7 +9,7 @@ from ._rotation import rotation_angle
 
 CONTACT = 1e-9  # a normal impulse above this counts as contact
 STICK = 1e-6  # a slip speed below this counts as sticking
-REST = 1e-3  # every |v| below this counts as rest (BENCHMARKS.md P1)
+REST = 1e-3  # every |v| below this counts as rest (reference problem P1)
 
 
 class RodEvents(NamedTuple):

@@ -1,4 +1,4 @@
-"""The reference problems' runs (docs/BENCHMARKS.md P2-P5) and the papers' published numbers.
+"""The reference problems' runs (docs/reference-problems.md P2-P5) and the papers' published numbers.
 
 Shared by the tests, the notebooks and `jaxrbd reproduce` (which prints the tables and draws the figures).
 """

@@ -1,4 +1,4 @@
-"""Reference scenes (docs/BENCHMARKS.md). Every physical parameter is an argument and may be traced.
+"""Reference scenes (docs/reference-problems.md). Every physical parameter is an argument and may be traced.
 
 Each builder returns a `Scene`, which unpacks to `(system, state)`:
 
@@ -99,7 +99,7 @@ def falling_rod(
     impact_time=0.383,
     gravity=GRAVITY,
 ):
-    """BENCHMARKS.md P1 (003 §4.1): a spinning rod falls onto the table.
+    """Reference problem P1 (003 §4.1): a spinning rod falls onto the table.
 
     The paper gives no release height; by default y0 puts the first impact of the
     free flight at `impact_time` (0.383 s: y0 = 0.9909 m). Pass y0 to override.
@@ -118,7 +118,7 @@ def falling_rod(
 def painleve_rod(
     mu=1.0, *, mass=1.0, inertia=0.002, length=0.5, radius=0.05, theta0=math.pi / 3, speed=1.0, gravity=GRAVITY
 ):
-    """BENCHMARKS.md P5 (004 §1.3): the rod leans at theta0 with its lower end on the table, sliding.
+    """Reference problem P5 (004 §1.3): the rod leans at theta0 with its lower end on the table, sliding.
 
     The lower ("-") end slides in -x at `speed` with no rotation. With
     1/m + (l^2/4J) cos(theta) (cos(theta) - mu sin(theta)) < 0 (see `painleve_margin`)
@@ -164,7 +164,7 @@ def four_balls(
     gravity=GRAVITY,
     friction=None,
 ):
-    """BENCHMARKS.md P2 (003 §4.2): a ball thrown at a line of three balls on a table.
+    """Reference problem P2 (003 §4.2): a ball thrown at a line of three balls on a table.
 
     Seven contacts as in the paper: each ball with the table, and each ball with
     its neighbour in the line (thrown-first, first-second, second-third).
@@ -283,7 +283,7 @@ def block_on_incline(
 def rolling_ball(v0=1.0, mu=0.3, *, mass=1.0, radius=0.1, directions=8, cone=None, gravity=GRAVITY, friction=None):
     """A ball launched sliding along +x at speed v0 without spin, on the table z = 0.
 
-    Exact: it slides for 2 v0 / (7 mu g), then rolls at (5/7) v0 (BENCHMARKS.md).
+    Exact: it slides for 2 v0 / (7 mu g), then rolls at (5/7) v0 (the reference problems).
     """
     cone = renamed("scenes.rolling_ball", "friction", friction, "cone", cone)
     _check("v0", v0)
@@ -337,11 +337,11 @@ def bouncing_ball(
     directions=8,
     gravity=GRAVITY,
 ):
-    """A ball dropped onto the table z = 0 with restitution e; simulate it with `restitution=jaxrbd.Newton()`.
+    """A ball dropped onto the table z = 0 with restitution e; simulate it with `impact=jaxrbd.NewtonRestitution()`.
 
     `height` is the drop height of the centre above its resting height (the
     radius). Exact, with Newton's law: each apex is e^2 times the previous one
-    (BENCHMARKS.md); the first rebound apex is e^2 height.
+    (the reference problems); the first rebound apex is e^2 height.
     """
     _check("e", e, unit_interval=True)
     _check("height", height, nonnegative=True)
@@ -452,7 +452,7 @@ def _soft_finger(cone, e_r):
 
 
 def spinning_sphere(mu=0.2, e_r=0.4, *, omega=1.962, mass=1.0, radius=1.0, cone=None, gravity=GRAVITY, friction=None):
-    """BENCHMARKS.md P3 (002 §4.1-4.2): a solid sphere spinning about the vertical on the plane z = 0.
+    """Reference problem P3 (002 §4.1-4.2): a solid sphere spinning about the vertical on the plane z = 0.
 
     Exact with the soft-finger cone (e_t = e_o = 1): the normal impulse per step
     is m g h, the frictional moment e_r mu m g, so omega_z falls linearly with
@@ -485,7 +485,7 @@ SEAM_FORCE = (1.0, 2.6, -9.81)
 
 
 def sphere_in_seam(mu=0.2, e_r=0.3, *, cone=None, position=SEAM_POSITION, force=SEAM_FORCE, friction=None):
-    """BENCHMARKS.md P4 (002 §4.3): a unit sphere driven along the seam between two fixed spheres.
+    """Reference problem P4 (002 §4.3): a unit sphere driven along the seam between two fixed spheres.
 
     The fixed spheres have radius 10 (centre at the origin) and 9 (centre at
     (0, 11.4, 0)); the moving sphere (radius 1, mass 1, uniform) starts at rest

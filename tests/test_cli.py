@@ -28,7 +28,7 @@ def ball_csv(tmp_path_factory):
 
 def sliding_xy(t, *, mu, v0, start, g):
     """Exact centre of a box sliding on level ground from `start` at velocity v0 under Coulomb friction: it
-    decelerates at mu g along its heading until it stops (BENCHMARKS.md)."""
+    decelerates at mu g along its heading until it stops (the reference problems)."""
     speed = np.linalg.norm(v0)
     s = np.minimum(t, speed / (mu * g))
     return np.asarray(start) + np.outer(speed * s - 0.5 * mu * g * s * s, np.asarray(v0) / speed)

@@ -38,7 +38,7 @@ def factory_module(tmp_path_factory):
 
 
 def sliding_x(mu, speed=1.5, g=9.81, steps=STEPS):
-    """x of the planar block on a level line under the scheme's own update (exact, BENCHMARKS.md):
+    """x of the planar block on a level line under the scheme's own update (exact, the reference problems):
     v_{k+1} = max(v_k - mu g h, 0), x_{k+1} = x_k + h v_{k+1}."""
     v = np.maximum(speed - mu * g * DT * np.arange(1, steps + 1), 0.0)
     return np.concatenate([[0.0], np.cumsum(DT * v)])

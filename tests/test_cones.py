@@ -1,7 +1,7 @@
 """Friction cones: P3 spinning sphere, elliptic exactness, anisotropy, gradients, bad input.
 
 Exact solutions: the spinning sphere's omega_z falls with slope -5 g e_r mu / (2 r^2)
-(BENCHMARKS.md P3); a block sliding with an elliptic cone decelerates at mu g
+(reference problem P3); a block sliding with an elliptic cone decelerates at mu g
 opposite its velocity for every direction; a block sliding at v0 stops after
 v0^2 / (2 mu g).
 """

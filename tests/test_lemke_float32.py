@@ -1,4 +1,4 @@
-"""Lemke in float32 on the friction LCPs of a four-ball rollout (BENCHMARKS.md P2)."""
+"""Lemke in float32 on the friction LCPs of a four-ball rollout (reference problem P2)."""
 
 import jax
 import jax.numpy as jnp

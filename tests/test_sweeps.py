@@ -1,7 +1,7 @@
 """The sparse solver `ContactSweeps`: the same answers, residuals and gradients as the dense step.
 
 Physics is checked against the dense global Newton (exact on these sizes) and the
-exact solutions of BENCHMARKS.md; the local solver against Lemke.
+exact solutions of the reference problems; the local solver against Lemke.
 """
 
 import math

@@ -1,4 +1,4 @@
-"""The demo: Stewart and Trinkle's falling rod (003 §4.1, BENCHMARKS.md P1) at four step sizes,
+"""The demo: Stewart and Trinkle's falling rod (003 §4.1, reference problem P1) at four step sizes,
 with the paper's event times beside ours and the paper's velocity plots (003 Figures 2-5)."""
 
 import math

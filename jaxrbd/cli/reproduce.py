@@ -1,4 +1,4 @@
-"""`jaxrbd reproduce`: the reference problems P1-P5 (BENCHMARKS.md) beside the papers, with figures."""
+"""`jaxrbd reproduce`: the reference problems P1-P5 beside the papers, with figures."""
 
 import os
 

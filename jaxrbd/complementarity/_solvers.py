@@ -252,7 +252,7 @@ class SemismoothNewton(Solver):
     that stops at the tolerance, so a warm start that already solves the problem
     (most steps of a rollout) costs one residual evaluation, and a step that needs
     two iterations costs two. The friction LCP is copositive but not P, so the merit
-    function has stationary points that are not solutions (BENCHMARKS.md P1); a lane
+    function has stationary points that are not solutions (reference problem P1); a lane
     that has not converged after `iterations` steps, or stalls, goes on to
 
       1. a cold restart from z = 0 (at most `iterations` steps, kept if better);

@@ -52,7 +52,7 @@ def load_mjcf(
             to 8 in maximal coordinates and to 4 in joint coordinates (the edges of
             MuJoCo's default pyramidal cone), where the default cone also has no
             friction unknowns on the range stops and on pairs of condim 1. In joint
-            coordinates a model with more than `BROADPHASE_ABOVE` self-collision body
+            coordinates a model with more than 16 self-collision body
             pairs gets a broad phase by default; pass one to override it.
         coordinates: "joints" (the default) or "maximal".
         friction: the deprecated name of `cone`.

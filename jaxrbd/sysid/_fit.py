@@ -16,7 +16,7 @@ from .._validate import check_value
 from ._bounds import Free, Interval, Positive, _norm
 from ._experiments import Experiments
 from ._forms import PROBLEMS, LeastSquares, Loss, ManyExperiments, keywords
-from ._problem import _UPDATES, _cached, _problem
+from ._problem import _UPDATES, _cached, _forward_ok, _problem
 from ._uncertainty import _assess
 
 _DEFAULT_OPTIMIZER = optax.adam(0.05)
@@ -447,7 +447,9 @@ def _fit_optimistix(problem, solver, params, maps, data, *, steps):
             return jnp.where(valid > 0, r, 0.0)
 
         def run(u0, data):
-            sol = optx.least_squares(r_of, solver, u0, args=data, max_steps=steps, throw=False)
+            # reverse mode where the residuals have no forward mode (the step solves' implicit rule is a custom_vjp)
+            jac = "fwd" if _forward_ok(lambda u: r_of(u, data), u0) else "bwd"
+            sol = optx.least_squares(r_of, solver, u0, args=data, max_steps=steps, throw=False, options={"jac": jac})
             return sol.value, sol.stats["num_steps"], sol.result == optx.RESULTS.successful
 
         def loss_grad(u, data):
