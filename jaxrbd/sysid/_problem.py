@@ -14,7 +14,7 @@ def _user_residuals(fn, with_data):
         r, valid = out if isinstance(out, tuple) else (out, None)
         r = jnp.ravel(jnp.asarray(r))
         valid = jnp.ones_like(r) if valid is None else jnp.broadcast_to(jnp.ravel(jnp.asarray(valid, r.dtype)), r.shape)
-        return r * (valid > 0), valid
+        return jnp.where(valid > 0, r, 0.0), valid  # a NaN where nothing was observed does not count
 
     return residuals
 
