@@ -76,7 +76,7 @@ class System(eqx.Module):
         contact_active: ``(q, params) -> (nc,) bool`` candidate contacts to keep in
             the step (the geometry's active mask); None keeps all.
         restitution: (nc,) restitution coefficients in [0, 1], one per contact, used
-            by the impact laws (`jaxrbd.Newton`, `jaxrbd.Poisson`); None means 0.
+            by the impact laws (`jaxrbd.NewtonRestitution`, `jaxrbd.PoissonRestitution`); None means 0.
         constraints: ``(q, params) -> (ng,)`` bilateral joint constraints g(q) = 0
             (000 eq. (15)); their velocity rows J = (dg/dq) G(q) enter the step as
             equality rows. None: no joints.

@@ -4,7 +4,7 @@ Exact: a ball dropped from rest with Newton restitution e rebounds to e^2 times 
 drop height, every bounce (the reference problems); the first apex e^2 h0 has derivative
 2 e h0. Energy: Poisson's law with e_T = e never gains kinetic energy across an
 impact (000 §4); Newton's law and Poisson's with e_T = 0 can, when the normal
-impulse reverses the slip (004 §1.1), and the test shows it where the README says.
+impulse reverses the slip (004 §1.1), and the test shows it where the impacts guide says.
 """
 
 import functools

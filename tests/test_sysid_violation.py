@@ -149,7 +149,7 @@ def _seconds_per_evaluation(fn, data, repeats=20):
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_violation_loss_beside_the_rollout_loss(capsys):
-    """Accuracy and cost after compilation of both losses on the same block data (printed; README)."""
+    """Accuracy and cost after compilation of both losses on the same block data (printed; the identification guide quotes them)."""
     rng = np.random.default_rng(0)
     noisy = {"q": TRAJ.q + 1e-4 * rng.standard_normal(TRAJ.q.shape), "v": None}
     noisy_v = {"q": TRAJ.q, "v": TRAJ.v + 1e-3 * rng.standard_normal(TRAJ.v.shape)}

@@ -376,7 +376,7 @@ class SceneBuilder:
             range: (lo, hi) the joint's limits, radians (revolute) or metres
                 (slide), lo < hi; -inf or inf for a one-sided range. None: no stops.
             restitution: in [0, 1], the restitution of the range's stops, used by the
-                impact law given to `simulate` (`rbd.Newton()`, `rbd.Poisson()`).
+                impact law given to `simulate` (`rbd.NewtonRestitution()`, `rbd.PoissonRestitution()`).
             rows: False for a revolute or slide joint (3D) that adds no constraint
                 rows, only its coordinate (its range's stops, motors,
                 `joint_coordinates`): a degree of freedom of a motion that other

@@ -126,7 +126,7 @@ def _report_p2():
             f" {f'{row.variation:.2f} ({var:.2f})':>20}"
         )
     print("the paper's position error includes the quaternions: compare it with the orientation column;")
-    print("our variation is 25-40% above the paper's (see the README).")
+    print("our variation is 25-40% above the paper's (see the reference problems page, docs/reference-problems.md).")
     residual = max(float(jnp.max(tr.stats.residual)) for _, tr in runs.values())
     print(f"worst residual over all runs: {residual:.1e}")
     return [dict(h=r.h, velocity_error=r.velocity_error, variation=r.variation) for r in rows]

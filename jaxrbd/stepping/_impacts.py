@@ -108,7 +108,7 @@ class NewtonRestitution(ImpactLaw):
     scaled by e, and the kinetic energy does not increase. With friction it can
     (004 §1.1), and so can several simultaneous contacts (untested here): when
     the normal impulse reverses the slip of the contact point, as for a spinning
-    rod striking the table, see the README.
+    rod striking the table, see the impacts guide (docs/guides/impacts.md).
 
     Attributes:
         distance: the detection distance (metres).
@@ -170,7 +170,7 @@ class PoissonRestitution(ImpactLaw):
     starts from (1 + e) v^c - e v^-, which never has more kinetic energy than v^-
     (000 §4), and its own impulses only dissipate. With e_T = 0 (I_r = e c_n^c
     alone, the simplest reading of 000 eq. (28)) it can gain energy when the
-    normal impulse reverses the slip; see the README.
+    normal impulse reverses the slip; see the impacts guide (docs/guides/impacts.md).
 
     Attributes:
         tangential: the tangential restitution e_T in [0, 1] (a scalar leaf); None
