@@ -81,3 +81,16 @@ def test_a_problem_object_with_keyword_data_is_an_error():
         fit(LeastSquares(residuals, Y), START, data=Y, optimizer=LevenbergMarquardt())
     with pytest.raises(TypeError, match="needs residuals= or predict="):
         fit(Loss(loss, Y), START, optimizer=optx.LevenbergMarquardt(rtol=1e-8, atol=1e-8))
+
+
+@pytest.mark.parametrize(
+    "optimizer",
+    [LevenbergMarquardt(), optax.adam(0.1), optx.LevenbergMarquardt(rtol=1e-8, atol=1e-8)],
+    ids=["jaxrbd LevenbergMarquardt", "adam", "optimistix.LevenbergMarquardt"],
+)
+def test_a_non_finite_loss_stops_the_fit_with_the_parameters_named(optimizer):
+    def broken(p, y):
+        return jnp.log(p["a"] - 2.0) + 0.0 * y  # NaN for a < 2, where the fit starts
+
+    with pytest.raises(FloatingPointError, match=r"non-finite loss or gradient at (step 0|the start) with parameters"):
+        fit(LeastSquares(broken, Y), {"a": 1.0}, optimizer=optimizer, steps=5, progress=False)

@@ -113,6 +113,17 @@ def _make_update(objective_of, maps, optimizer, with_data):
     return update
 
 
+def _record(losses, gnorms, history, value, gnorm, params, where):
+    """Append one iterate's loss, gradient norm and parameters; a non-finite loss or gradient stops the fit."""
+    if not (np.isfinite(value) and np.isfinite(gnorm)):
+        current = {k: np.asarray(v).tolist() for k, v in params.items()}
+        raise FloatingPointError(f"fit: non-finite loss or gradient {where} with parameters {current}")
+    losses.append(value)
+    gnorms.append(gnorm)
+    for k in history:
+        history[k].append(np.asarray(params[k]))
+
+
 def _fit_lm(problem, lm, params, maps, data, *, steps, loss_tol, grad_tol, param_rtol, patience, bar):
     """The Levenberg-Marquardt loop on the host, with the problem's compiled Jacobian."""
     names = list(params)
@@ -146,13 +157,7 @@ def _fit_lm(problem, lm, params, maps, data, *, steps, loss_tol, grad_tol, param
     for i in range(steps):
         g = Ju.T @ r
         gnorm = float(np.linalg.norm(2 * g / m))
-        if not (np.isfinite(value) and np.isfinite(gnorm)):
-            current = {k: np.asarray(v).tolist() for k, v in p.items()}
-            raise FloatingPointError(f"fit: non-finite loss or gradient at step {i} with parameters {current}")
-        losses.append(value)
-        gnorms.append(gnorm)
-        for k in names:
-            history[k].append(np.asarray(p[k]))
+        _record(losses, gnorms, history, value, gnorm, p, f"at step {i}")
         bar.set_postfix(loss=f"{value:.3e}", grad=f"{gnorm:.1e}")
         bar.update()
         if value <= loss_tol or gnorm <= grad_tol or small_step:
@@ -377,14 +382,11 @@ def fit(
         p = natural(u)
         u_next, state, value, gnorm = update(u, state, data)
         value, gnorm = float(value), float(gnorm)
-        if not (np.isfinite(value) and np.isfinite(gnorm)):
+        try:
+            _record(losses, gnorms, history, value, gnorm, p, f"at step {i}")
+        except FloatingPointError:
             bar.close()
-            current = {k: np.asarray(v).tolist() for k, v in p.items()}
-            raise FloatingPointError(f"fit: non-finite loss or gradient at step {i} with parameters {current}")
-        losses.append(value)
-        gnorms.append(gnorm)
-        for k in params:
-            history[k].append(np.asarray(p[k]))
+            raise
         if value < best_loss:
             best_u, best_loss, best_step = u, value, i
         bar.set_postfix(loss=f"{value:.3e}", grad=f"{gnorm:.1e}")
@@ -467,15 +469,9 @@ def _fit_optimistix(problem, solver, params, maps, data, *, steps):
     u0 = {k: maps[k].to_free(jnp.asarray(params[k], jnp.result_type(float))) for k in names}
     u, _, converged = run(u0, data)
     losses, gnorms, history = [], [], {k: [] for k in names}
-    for point in (u0, u):
+    for where, point in (("at the start", u0), ("at the solution", u)):
         value, gnorm = (float(x) for x in loss_grad(point, data))
-        if not (np.isfinite(value) and np.isfinite(gnorm)):
-            current = {k: np.asarray(v).tolist() for k, v in natural(point).items()}
-            raise FloatingPointError(f"fit: non-finite loss or gradient with parameters {current}")
-        losses.append(value)
-        gnorms.append(gnorm)
-        for k, v in natural(point).items():
-            history[k].append(np.asarray(v))
+        _record(losses, gnorms, history, value, gnorm, natural(point), where)
     return losses, gnorms, history, bool(converged)
 
 
