@@ -31,7 +31,7 @@ rbd.configure(compilation_cache=False)  # one OpenBLAS thread, the serial CPU sc
 
 def measure(scene, solver, steps):
     """(ms per step, unsolved steps, drift in m, max residual) of a rollout from the scene's state."""
-    run = jax.jit(lambda state: rbd.simulate(scene.system, state, dt=0.01, steps=steps, solver=solver))
+    run = jax.jit(lambda state: rbd.simulate(scene.system, state, dt=0.01, steps=steps, step_solver=solver))
     jax.block_until_ready(run(scene.state))  # compile
     start = time.perf_counter()
     traj = jax.block_until_ready(run(scene.state))

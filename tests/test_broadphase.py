@@ -48,7 +48,7 @@ def _run_p2(system, state):
 
 @jax.jit
 def _run_pile(system, state):
-    return rbd.simulate(system, state, dt=0.01, steps=60, solver=rbd.ContactSweeps())
+    return rbd.simulate(system, state, dt=0.01, steps=60, step_solver=rbd.ContactSweeps())
 
 
 @pytest.mark.slow
@@ -114,7 +114,7 @@ def test_overflow_counts_the_near_pairs_left_without_a_slot():
     assert near > 4
     assert int(scene.bodies.contacts(q, params).overflow) == near - 4
     assert int(scene.system.overflow(q)) == near - 4
-    traj = rbd.simulate(*scene, dt=0.01, steps=1, solver=rbd.ContactSweeps())
+    traj = rbd.simulate(*scene, dt=0.01, steps=1, step_solver=rbd.ContactSweeps())
     assert int(traj.stats.overflow[0]) == near - 4
 
 

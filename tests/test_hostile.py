@@ -370,7 +370,7 @@ def _simulate(name, scheme, x, steps):
     state = rbd.State(jnp.zeros((), x.q.dtype), x.q, x.v)
     options = SCHEMES[scheme]
     if name in SWEEP_STRUCTURES and options["impact"] is None:
-        options = dict(options, solver=rbd.ContactSweeps())
+        options = dict(options, step_solver=rbd.ContactSweeps())
     traj = rbd.simulate(system, state, dt=H, steps=steps, **options)
     energy = jax.vmap(system.energy)(traj.q, traj.v)
     gaps = jax.vmap(lambda q: system.contacts(q).gap)(traj.q)

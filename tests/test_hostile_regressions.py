@@ -47,7 +47,7 @@ def test_contact_sweeps_reports_convergence_of_a_ball_in_flight():
     k = np.arange(4)
     exact = np.stack([H * k, 0 * k, 1.0 - G * H**2 * k * (k + 1) / 2], -1)  # symplectic Euler in free flight
     for scheme in (rbd.AnitescuPotra(), rbd.StewartTrinkle(delta=1e-3)):
-        traj = rbd.simulate(*scene, dt=H, steps=3, scheme=scheme, solver=rbd.ContactSweeps())
+        traj = rbd.simulate(*scene, dt=H, steps=3, scheme=scheme, step_solver=rbd.ContactSweeps())
         np.testing.assert_allclose(np.asarray(traj.q[:, :3]), exact, rtol=0, atol=1e-15)
         residual = np.asarray(traj.stats.residual)
         assert bool(jnp.all(traj.stats.converged)), f"{type(scheme).__name__}: residuals {residual}"
@@ -407,7 +407,7 @@ def test_contact_sweeps_solve_a_heavy_ball_on_a_light_one():
     Lemke on the dense LCP (`ContactSweeps.dense_fallback`).
     """
     scene = _heavy_ball_on_a_light_one()
-    traj = rbd.simulate(*scene, dt=H, steps=20, scheme=rbd.AnitescuPotra(), solver=rbd.ContactSweeps())
+    traj = rbd.simulate(*scene, dt=H, steps=20, scheme=rbd.AnitescuPotra(), step_solver=rbd.ContactSweeps())
     E = np.asarray(jax.vmap(scene.system.energy)(traj.q, traj.v))
     assert bool(np.all(traj.stats.converged)), np.asarray(traj.stats.residual)
     assert np.max(np.diff(E) / np.abs(E[:-1])) <= ENERGY_RTOL
@@ -453,7 +453,7 @@ def test_contact_sweeps_gradient_of_a_heavy_ball_on_a_light_one():
 
     def final(mass, solver):
         system = eqx.tree_at(lambda s: s.params.mass, scene.system, mass)
-        traj = rbd.simulate(system, scene.state, dt=H, steps=20, scheme=rbd.AnitescuPotra(), solver=solver)
+        traj = rbd.simulate(system, scene.state, dt=H, steps=20, scheme=rbd.AnitescuPotra(), step_solver=solver)
         return jnp.sum(traj.q[-1, :3]) + jnp.sum(traj.v[-1])
 
     mass = scene.system.params.mass

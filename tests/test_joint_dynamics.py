@@ -553,7 +553,7 @@ def test_free_body_dampers_refuse_bad_input_naming_it():
     with pytest.raises(ValueError, match="was given its damper already"):
         b.set_body_damping("ball", 2.0)
     with pytest.raises(ValueError, match="does not support free-body dampers"):
-        rbd.simulate(*b.build(), dt=H, steps=1, solver=rbd.ContactSweeps())
+        rbd.simulate(*b.build(), dt=H, steps=1, step_solver=rbd.ContactSweeps())
     planar = rbd.SceneBuilder(dim=2)
     planar.add_body("disk", rbd.Sphere(RADIUS), mass=MASS, position=(0.0, 1.0))
     with pytest.raises(ValueError, match="free-body dampers are for 3D scenes"):

@@ -310,7 +310,7 @@ def test_bad_motors_and_controls_are_rejected_naming_the_argument(stops):
 @pytest.mark.slow
 def test_contact_sweeps_still_rejects_scenes_with_joints(stops):
     with pytest.raises(ValueError, match="does not support joints"):
-        rbd.simulate(*stops[0], dt=H, steps=3, solver=rbd.ContactSweeps())
+        rbd.simulate(*stops[0], dt=H, steps=3, step_solver=rbd.ContactSweeps())
 
 
 def _wheel_between_stops(omega0, e, dim=3):

@@ -369,7 +369,7 @@ def _stack_run(duration):
     # long test), and 5,000 would make each of them five times as long.
     solver = rbd.ContactSweeps(sweeps=10, max_sweeps=5000 if duration <= STACK_DURATION else 1000)
     steps = round(duration / scene.dt)
-    traj = rbd.simulate(*scene, dt=scene.dt, steps=steps, solver=solver)
+    traj = rbd.simulate(*scene, dt=scene.dt, steps=steps, step_solver=solver)
     assert float(jax.jit(jax.vmap(scene.system.gap))(traj.q).min()) >= -1e-6
     mujoco_run = _mujoco_run(STACK, scene, duration)
     dt, theirs, _, _, grounded = mujoco_run

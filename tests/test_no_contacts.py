@@ -127,7 +127,7 @@ def test_a_pendulum_against_its_stop_needs_no_contact_pair():
 
 def test_contact_sweeps_names_why_it_cannot_run_a_scene_without_contacts():
     with pytest.raises(ValueError, match="no contact pairs"):
-        rbd.simulate(*_thrown(3), dt=H, steps=2, solver=rbd.ContactSweeps())
+        rbd.simulate(*_thrown(3), dt=H, steps=2, step_solver=rbd.ContactSweeps())
 
 
 def test_an_empty_lcp_is_solved():

@@ -24,13 +24,13 @@ SAME = 1e-9  # dense step and ContactSweeps on the same step problem
 # --- Collision runs once per step --------------------------------------------------------------
 
 
-def _count_collisions(monkeypatch, scene, *, solver=None, scheme=None, restitution=None, grad=False):
+def _count_collisions(monkeypatch, scene, *, step_solver=None, scheme=None, restitution=None, grad=False):
     """Calls of the collision driver (`jaxrbd.geometry.collide`, every narrow phase of the scene)
     while tracing one step (and its gradient)."""
     system, state = scene
     scheme = rbd.StewartTrinkle() if scheme is None else scheme
     options = rbd.StepOptions.resolve(system, state, dt=0.01, scheme=scheme, impact=restitution)
-    step_solver = rbd.choose_solver(system, state, options, solver=solver)
+    step_solver = rbd.choose_solver(system, state, options, step_solver=step_solver)
     z0 = step_solver.init(system, state, options.cone)
     calls = []
     original = geometry.collide
@@ -55,11 +55,11 @@ def _count_collisions(monkeypatch, scene, *, solver=None, scheme=None, restituti
     "options",
     [
         {},
-        {"solver": rbd.ContactSweeps()},
+        {"step_solver": rbd.ContactSweeps()},
         {"restitution": rbd.NewtonRestitution()},
         {"restitution": rbd.PoissonRestitution()},
         {"grad": True},
-        {"solver": rbd.ContactSweeps(), "grad": True},
+        {"step_solver": rbd.ContactSweeps(), "grad": True},
     ],
     ids=["dense", "ContactSweeps", "Newton", "Poisson", "dense gradient", "ContactSweeps gradient"],
 )
@@ -129,7 +129,7 @@ def test_a_custom_external_force_is_the_same_on_both_step_solvers():
     push = jnp.tile(jnp.array([2.5, -1.0, 0.0, 0.0, 0.0, 0.0]), nb) * jnp.repeat(jnp.arange(1.0, nb + 1), 6)
     pushed = dataclasses.replace(system, external_force=lambda t, q, v, params: push)
     run = jax.jit(
-        lambda system, solver: rbd.simulate(system, state, dt=0.01, steps=50, solver=solver), static_argnums=1
+        lambda system, solver: rbd.simulate(system, state, dt=0.01, steps=50, step_solver=solver), static_argnums=1
     )
     dense, sweeps = run(pushed, rbd.DenseStep()), run(pushed, rbd.ContactSweeps())
     assert bool(dense.stats.converged.all()) and bool(sweeps.stats.converged.all())
@@ -150,8 +150,8 @@ def test_simulate_runs_the_solver_choose_solver_names():
     assert rbd.choose_solver(*large).name == "ContactSweeps"
     assert rbd.choose_solver(*small, solver=rbd.Lemke()).name == "dense Lemke"
     with pytest.raises(ValueError, match="ContactSweeps: it does not support an impact law"):
-        rbd.choose_solver(*small, solver=rbd.ContactSweeps(), impact=rbd.Newton())
-    with pytest.raises(TypeError, match="solver must be None, a complementarity solver"):
+        rbd.choose_solver(*small, step_solver=rbd.ContactSweeps(), impact=rbd.Newton())
+    with pytest.raises(TypeError, match="solver must be None or a complementarity solver"):
         rbd.choose_solver(*small, solver="lemke")
 
 
@@ -159,7 +159,15 @@ def test_simulate_runs_the_solver_choose_solver_names():
 
 # The pipeline's layers, bottom first: a module imports only from its own layer or below.
 LAYERS = [
-    ["jaxrbd._config", "jaxrbd._status", "jaxrbd._validate", "jaxrbd._rotation", "jaxrbd._progress", "jaxrbd._small", "jaxrbd._lanes"],
+    [
+        "jaxrbd._config",
+        "jaxrbd._status",
+        "jaxrbd._validate",
+        "jaxrbd._rotation",
+        "jaxrbd._progress",
+        "jaxrbd._small",
+        "jaxrbd._lanes",
+    ],
     ["jaxrbd._problems", "jaxrbd._contacts", "jaxrbd.geometry", "jaxrbd.complementarity"],
     ["jaxrbd.cones", "jaxrbd._random"],
     ["jaxrbd.model"],
@@ -286,6 +294,10 @@ def test_the_former_keywords_still_work_with_a_deprecation_warning():
     assert isinstance(scene.system.friction, rbd.EllipticCone)
     with pytest.warns(DeprecationWarning, match=r"choose_solver\(restitution=...\)"):
         assert rbd.choose_solver(system, state, restitution=rbd.Newton()).name == "dense SemismoothNewton"
+    with pytest.warns(DeprecationWarning, match=r"pass DenseStep\(...\) as step_solver="):
+        assert rbd.choose_solver(system, state, solver=rbd.DenseStep(rbd.Lemke())).name == "dense Lemke"
+    with pytest.raises(TypeError, match="not both"):
+        rbd.choose_solver(system, state, solver=rbd.Lemke(), step_solver=rbd.ContactSweeps())
 
 
 def test_step_options_are_checked_once_with_the_argument_named():

@@ -186,7 +186,7 @@ def rollout():
 
 def _agree(rollout, scene, dt, steps, atol):
     dense = rollout(*scene, dt=dt, steps=steps, solver=rbd.SemismoothNewton())
-    sparse = rollout(*scene, dt=dt, steps=steps, solver=rbd.ContactSweeps())
+    sparse = rollout(*scene, dt=dt, steps=steps, step_solver=rbd.ContactSweeps())
     assert bool(jnp.all(sparse.stats.converged))
     assert float(sparse.stats.residual.max()) <= TOL  # every step
     np.testing.assert_allclose(sparse.q, dense.q, atol=atol)
@@ -212,7 +212,7 @@ def test_four_balls_match_the_dense_step(rollout):
 def test_cube_on_incline_does_not_creep(rollout):
     """mu > tan(theta), started at rest: less than 1e-10 m in 10 s (h = 0.01)."""
     scene = rbd.scenes.block_on_incline(math.radians(30.0), 0.8)
-    traj = rollout(*scene, dt=0.01, steps=1000, solver=rbd.ContactSweeps())
+    traj = rollout(*scene, dt=0.01, steps=1000, step_solver=rbd.ContactSweeps())
     assert float(traj.stats.residual.max()) <= TOL
     assert float(jnp.max(jnp.linalg.norm(traj.q[:, :3] - traj.q[0, :3], axis=1))) < 1e-10
 
@@ -221,7 +221,7 @@ def test_cube_on_incline_does_not_creep(rollout):
 def test_cube_slides_with_the_exact_acceleration(rollout):
     """mu < tan(theta), a direction along the slope: a = g (sin - mu cos) to 1e-6 relative."""
     angle, mu, h = math.radians(30.0), 0.3, 0.01
-    traj = rollout(*rbd.scenes.block_on_incline(angle, mu), dt=h, steps=40, solver=rbd.ContactSweeps())
+    traj = rollout(*rbd.scenes.block_on_incline(angle, mu), dt=h, steps=40, step_solver=rbd.ContactSweeps())
     assert float(traj.stats.residual.max()) <= TOL
     uphill = np.array([math.cos(angle), 0.0, math.sin(angle)])
     speed = -np.asarray(traj.v[:, :3]) @ uphill
@@ -243,7 +243,7 @@ def test_custom_directions_use_the_local_newton(rollout):
 
 def _final_x(mu, v0, solver):
     system, state = rbd.scenes.block_on_incline(math.radians(20.0), mu, speed=v0)
-    traj = rbd.simulate(system, state, dt=0.01, steps=20, solver=solver)
+    traj = rbd.simulate(system, state, dt=0.01, steps=20, step_solver=solver)
     return traj.q[-1, 0]
 
 
@@ -269,7 +269,7 @@ def test_gradient_is_finite_at_rest_on_the_table():
     def height(mu, v0):
         system, state = rbd.scenes.sphere_grid(4, mu=mu, height=0.1)
         state = rbd.State(state.t, state.q, state.v.at[0].set(v0))
-        return rbd.simulate(system, state, dt=0.01, steps=20, solver=rbd.ContactSweeps()).q[-1].sum()
+        return rbd.simulate(system, state, dt=0.01, steps=20, step_solver=rbd.ContactSweeps()).q[-1].sum()
 
     grad = jax.jit(jax.grad(height, argnums=(0, 1)))(0.5, 0.0)
     assert all(np.isfinite(float(g)) for g in grad)
@@ -304,7 +304,7 @@ def test_coupled_scenes_stay_on_the_dense_step_up_to_the_coupled_size():
 )
 def test_unsupported_settings_are_named(scene, options, message):
     with pytest.raises(ValueError, match=message):
-        rbd.simulate(*scene(), dt=0.01, steps=2, solver=rbd.ContactSweeps(), **options)
+        rbd.simulate(*scene(), dt=0.01, steps=2, step_solver=rbd.ContactSweeps(), **options)
 
 
 def test_bad_options_are_named():
@@ -329,7 +329,7 @@ def test_dense_fallback_takes_problems_up_to_its_size_and_reports_the_rest_unsol
     b.add_body("light", rbd.Sphere(0.1), mass=2.5e-3, position=(0.0, 0.0, 0.1))
     b.add_body("heavy", rbd.Sphere(0.1), mass=50.0, position=(0.01, 0.0, 0.3))
     scene = b.build()
-    run = lambda rows: rbd.simulate(*scene, dt=0.01, steps=3, solver=rbd.ContactSweeps(max_sweeps=100, dense_rows=rows))
+    run = lambda rows: rbd.simulate(*scene, dt=0.01, steps=3, step_solver=rbd.ContactSweeps(max_sweeps=100, dense_rows=rows))
     solved, capped = run(30), run(29)
     assert bool(jnp.all(solved.stats.converged)) and float(solved.stats.residual.max()) <= TOL
     converged, residual = np.asarray(capped.stats.converged), np.asarray(capped.stats.residual)

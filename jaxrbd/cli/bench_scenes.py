@@ -400,7 +400,7 @@ def _jaxrbd_rollout(case, dtype):
     system, state, solver = _jaxrbd_scene(case, dtype)
 
     def rollout(q, v, steps):
-        traj = simulate(system, State(jnp.zeros((), dtype), q, v), dt=case.dt, steps=steps, solver=solver)
+        traj = simulate(system, State(jnp.zeros((), dtype), q, v), dt=case.dt, steps=steps, step_solver=solver)
         return traj.q[-1], traj.v[-1]
 
     return rollout, state.q, state.v, solver.name
@@ -492,7 +492,7 @@ def _solver_stats(case, dtype, steps, start, batches):
     iterations per step (`StepStats.iterations`); and the fraction of converged lane-steps of
     each batch (the benchmark's batches, re-run with their statistics)."""
     system, state, solver = _jaxrbd_scene(case, dtype)
-    run = lambda x, n: simulate(system, x, dt=case.dt, steps=n, solver=solver)
+    run = lambda x, n: simulate(system, x, dt=case.dt, steps=n, step_solver=solver)
     traj = jax.jit(run, static_argnums=1)(state, steps)
     batch_q, batch_v = traj.q[start], traj.v[start]
     converged = {}
@@ -520,7 +520,7 @@ def scaling(ns=(8, 64, 512), steps=50, repeats=3):
     costs = []
     for n in tqdm(ns, desc="scaling"):
         system, state = scenes.sphere_grid(n)
-        f = jax.jit(lambda s, x: simulate(s, x, dt=0.01, steps=steps, solver=ContactSweeps()).q[-1])
+        f = jax.jit(lambda s, x: simulate(s, x, dt=0.01, steps=steps, step_solver=ContactSweeps()).q[-1])
         costs.append(1e3 * median_time(f, system, state, repeats=repeats) / steps)
     exponent = float(np.polyfit(np.log(ns), np.log(costs), 1)[0])
     return {"n": list(ns), "ms_per_step": costs, "exponent": exponent}

@@ -26,16 +26,30 @@ from ._sweeps import ContactSweeps
 from ._types import Trajectory
 
 
-def _step_solver(solver):
-    """A step solver from what a user passes: None, a step solver, or a complementarity solver."""
-    if solver is None or isinstance(solver, StepSolver):
-        return solver
-    if isinstance(solver, Solver):
-        return DenseStep(solver)
-    raise TypeError(
-        "solver must be None, a complementarity solver (jaxrbd.SemismoothNewton(), jaxrbd.Lemke()) or a step "
-        f"solver (jaxrbd.DenseStep(...), jaxrbd.ContactSweeps()), got {solver!r}"
-    )
+def _step_solver(where, solver, step_solver):
+    """The step solver asked for: `step_solver` (a `StepSolver`), or the dense step of the complementarity
+    `solver`, or None. A step solver given as `solver=` still works, with a DeprecationWarning."""
+    if isinstance(solver, StepSolver):
+        warnings.warn(
+            f"{where}(solver=<a step solver>) is deprecated: pass {type(solver).__name__}(...) as step_solver=; "
+            "solver= names the complementarity solver of the dense step",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        if step_solver is not None:
+            raise TypeError(f"{where}: give the step solver as step_solver= only")
+        solver, step_solver = None, solver
+    if solver is not None and not isinstance(solver, Solver):
+        raise TypeError(
+            f"solver must be None or a complementarity solver (jaxrbd.SemismoothNewton(), jaxrbd.Lemke()), got {solver!r}"
+        )
+    if step_solver is not None and not isinstance(step_solver, StepSolver):
+        raise TypeError(
+            f"step_solver must be None or a step solver (jaxrbd.DenseStep(...), jaxrbd.ContactSweeps()), got {step_solver!r}"
+        )
+    if solver is not None and step_solver is not None:
+        raise TypeError(f"{where}: give solver= (the dense step's) or step_solver=, not both")
+    return DenseStep(solver) if solver is not None else step_solver
 
 
 def choose_solver(
@@ -43,7 +57,8 @@ def choose_solver(
     state: State,
     options: StepOptions | None = None,
     *,
-    solver: Solver | StepSolver | None = None,
+    solver: Solver | None = None,
+    step_solver: StepSolver | None = None,
     scheme: Scheme | None = None,
     cone: Cone | None = None,
     impact: ImpactLaw | None = None,
@@ -53,8 +68,9 @@ def choose_solver(
 ) -> StepSolver:
     """The step solver `simulate` runs with these options: one rule for `simulate`, `jaxrbd bench` and the tests.
 
-    - A step solver that was given runs, or a ValueError says why it cannot
-      (`StepSolver.supports`); a complementarity solver given runs the dense step.
+    - A step solver that was given (`step_solver=`) runs, or a ValueError says why
+      it cannot (`StepSolver.supports`); a complementarity solver given (`solver=`)
+      runs the dense step.
     - Without one: a scene of rigid bodies that `ContactSweeps` supports, whose
       dense step problem has more rows than `ContactSweeps.auto_size` (`AUTO_SIZE`
       when no two contacts share a moving body, else `AUTO_SIZE_COUPLED`), runs on
@@ -66,7 +82,8 @@ def choose_solver(
         state: its `State`.
         options: a `StepOptions` (`StepOptions.resolve`); or None, and the options as
             keywords: scheme, cone, impact, grad_smoothing (as in `simulate`).
-        solver: None, a complementarity solver or a step solver (as in `simulate`).
+        solver: None or a complementarity solver (as in `simulate`).
+        step_solver: None or a step solver (as in `simulate`).
         scheme: see `simulate`.
         cone: see `simulate`.
         impact: see `simulate`.
@@ -87,11 +104,11 @@ def choose_solver(
         raise TypeError(f"options must be a jaxrbd.stepping.StepOptions or None, got {options!r}")
     elif scheme is not None or cone is not None or impact is not None or grad_smoothing:
         raise TypeError("choose_solver: give options= or the option keywords, not both")
-    chosen = _step_solver(solver)
+    chosen = _step_solver("choose_solver", solver, step_solver)
     if chosen is not None:
         reason = chosen.supports(system, options)
         if reason is not None:
-            raise ValueError(f"solver={chosen.name}: {reason}")
+            raise ValueError(f"step solver {chosen.name}: {reason}")
         return chosen
     sweeps = ContactSweeps()
     if sweeps.supports(system, options) is None:
@@ -207,7 +224,7 @@ def simulate(
     dt: float | ArrayLike,
     steps: int,
     scheme: Scheme | None = None,
-    solver: Solver | StepSolver | None = None,
+    solver: Solver | None = None,
     cone: Cone | None = None,
     grad_smoothing: float | ArrayLike = 0.0,
     impact: ImpactLaw | None = None,
@@ -216,6 +233,7 @@ def simulate(
     controls: ArrayLike | Callable | None = None,
     friction: Cone | None = None,
     restitution: ImpactLaw | None = None,
+    step_solver: StepSolver | None = None,
 ) -> Trajectory:
     """Roll the system forward `steps` steps of size `dt` in a `lax.scan`.
 
@@ -229,9 +247,8 @@ def simulate(
         dt: step size h > 0.
         steps: number of steps (static int >= 1).
         scheme: `StewartTrinkle()` (default) or `AnitescuPotra(...)`.
-        solver: a complementarity solver for the dense step (`SemismoothNewton()`,
-            `Lemke()`), or a step solver (`DenseStep(...)`, `ContactSweeps()`: sparse
-            block Gauss-Seidel for scenes of rigid bodies). None: `choose_solver`
+        solver: the complementarity solver of the dense step (`SemismoothNewton()`,
+            `Lemke()`). None, with no `step_solver`: `choose_solver`
             picks one.
         cone: the friction cone (`jaxrbd.cones`); None uses `system.friction`
             or, without one, the polyhedral (or planar) default.
@@ -252,6 +269,9 @@ def simulate(
             None: `system.params.control` (zeros as built) in every step.
         friction: the deprecated name of `cone`.
         restitution: the deprecated name of `impact`.
+        step_solver: the step solver: `DenseStep(...)` or `ContactSweeps()` (sparse
+            block Gauss-Seidel for scenes of rigid bodies); None: the dense step of
+            `solver`, or what `choose_solver` picks.
 
     The options are resolved and checked once (`StepOptions.resolve`) and given to
     the step solver as one record. Concrete inputs are checked on the host (`check_system`); a scene whose
@@ -283,7 +303,7 @@ def simulate(
     )
     _warn_inelastic(system, impact)
     controls = _check_controls(system, state, controls, steps)
-    step_solver = choose_solver(system, state, options, solver=solver)
+    step_solver = choose_solver(system, state, options, solver=solver, step_solver=step_solver)
     if project_joints:
         state = State(state.t, dynamics.project_to_joints(system, state.q), state.v)
     parameters = parameter_status(system, dt)

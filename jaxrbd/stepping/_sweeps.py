@@ -91,7 +91,7 @@ BLOCK_REFINEMENTS = 1
 class ContactSweeps(StepSolver):
     """The sparse solver for scenes of rigid bodies: block Gauss-Seidel sweeps over contacts.
 
-    Pass it as `simulate(..., solver=ContactSweeps())`; `simulate` also picks it
+    Pass it as `simulate(..., step_solver=ContactSweeps())`; `simulate` also picks it
     by itself when a body scene's dense LCP has more rows than `auto_size` says
     (`choose_solver`). It supports 3D scenes built by `SceneBuilder` with the
     polyhedral cone, the Stewart-Trinkle (linearized) and Anitescu-Potra schemes,
