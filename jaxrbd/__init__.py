@@ -35,6 +35,7 @@ from .bodies import SceneBuilder as SceneBuilder
 from .complementarity import LCPSolution as LCPSolution
 from .complementarity import Lemke as Lemke
 from .complementarity import SemismoothNewton as SemismoothNewton
+from .complementarity import Solution as Solution
 from .complementarity import Status as Status
 from .complementarity import solve_lcp as solve_lcp
 from .complementarity import solve_ncp as solve_ncp

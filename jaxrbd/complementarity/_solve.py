@@ -17,8 +17,10 @@ from ._solvers import SemismoothNewton, Solver, run_batched, within_tolerance
 from ._status import Status
 
 
-class LCPSolution(eqx.Module):
-    """The result of a complementarity solve.
+class Solution(eqx.Module):
+    """The result of a complementarity solve: `solve_lcp`, `solve_ncp` and `solve` return it.
+
+    `jaxrbd.LCPSolution` is the same class, kept for code written against that name.
 
     Attributes:
         z: (n,) the solution.
@@ -37,6 +39,9 @@ class LCPSolution(eqx.Module):
     status: jax.Array
     iterations: jax.Array
     fallback: jax.Array
+
+
+LCPSolution = Solution
 
 
 def _is_concrete(x):
@@ -84,7 +89,7 @@ def _finish(problem, raw, solver):
     converged = finite & within_tolerance(residual, z, tol)
     failed = jnp.where(raw.status == Status.SUCCESS, Status.MAX_STEPS, raw.status)
     status = jnp.where(converged, Status.SUCCESS, jnp.where(finite, failed, Status.NONFINITE))
-    return LCPSolution(z, w, residual, converged, status, raw.iterations, raw.fallback)
+    return Solution(z, w, residual, converged, status, raw.iterations, raw.fallback)
 
 
 @eqx.filter_jit
@@ -112,7 +117,7 @@ def solve(problem, *, solver=None, z0=None, grad_smoothing=0.0):
     if n == 0:  # nothing to solve: a time step with no contacts, stops or joints
         empty = jnp.zeros((0,), dtype)
         count = jnp.zeros((), jnp.int32)
-        return LCPSolution(
+        return Solution(
             empty, empty, jnp.zeros((), dtype), jnp.array(True), count + Status.SUCCESS, count, jnp.array(False)
         )
     return _solve_checked(problem, solver, z0, float(grad_smoothing))
@@ -126,7 +131,7 @@ def solve_lcp(
     z0: ArrayLike | None = None,
     n_free: int = 0,
     grad_smoothing: float | ArrayLike = 0.0,
-) -> LCPSolution:
+) -> Solution:
     """Solve the (mixed) LCP 0 <= z ⊥ w = A z + b >= 0.
 
     Works under `jit`, `vmap` and `grad`. Gradients with respect to A and b come
@@ -144,7 +149,7 @@ def solve_lcp(
         grad_smoothing: eps >= 0; see `implicit_solve`.
 
     Returns:
-        An `LCPSolution`. Under `jit`, NaN data give `converged = False` and
+        A `Solution`. Under `jit`, NaN data give `converged = False` and
         status NONFINITE; outside `jit` they raise `ValueError`.
     """
     A, b = _check_lcp(A, b, n_free)
@@ -160,7 +165,7 @@ def solve_ncp(
     z0: ArrayLike | None = None,
     n_free: int = 0,
     grad_smoothing: float | ArrayLike = 0.0,
-) -> LCPSolution:
+) -> Solution:
     """Solve the nonlinear (mixed) complementarity problem 0 <= z ⊥ fn(z, args) >= 0.
 
     Args:

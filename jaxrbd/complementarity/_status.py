@@ -4,7 +4,7 @@ from .._status import StatusCode
 
 
 class Status(StatusCode):
-    """The status of a complementarity solve (`LCPSolution.status`, an int array under `jit`).
+    """The status of a complementarity solve (`Solution.status`, an int array under `jit`).
 
     Compare codes with the members (`sol.status == Status.SUCCESS`); `Status.message(code)`
     says what a code means.
