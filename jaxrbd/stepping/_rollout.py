@@ -26,19 +26,25 @@ from ._sweeps import ContactSweeps
 from ._types import Trajectory
 
 
+def _split_solver(where, solver, step_solver):
+    """(solver, step_solver) with a step solver given as `solver=` moved to `step_solver` and a
+    DeprecationWarning attributed to the caller of `where` (called from `simulate` or `choose_solver`)."""
+    if not isinstance(solver, StepSolver):
+        return solver, step_solver
+    warnings.warn(
+        f"{where}(solver=<a step solver>) is deprecated: pass {type(solver).__name__}(...) as step_solver=; "
+        "solver= names the complementarity solver of the dense step",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    if step_solver is not None:
+        raise TypeError(f"{where}: give the step solver as step_solver= only")
+    return None, solver
+
+
 def _step_solver(where, solver, step_solver):
     """The step solver asked for: `step_solver` (a `StepSolver`), or the dense step of the complementarity
-    `solver`, or None. A step solver given as `solver=` still works, with a DeprecationWarning."""
-    if isinstance(solver, StepSolver):
-        warnings.warn(
-            f"{where}(solver=<a step solver>) is deprecated: pass {type(solver).__name__}(...) as step_solver=; "
-            "solver= names the complementarity solver of the dense step",
-            DeprecationWarning,
-            stacklevel=3,
-        )
-        if step_solver is not None:
-            raise TypeError(f"{where}: give the step solver as step_solver= only")
-        solver, step_solver = None, solver
+    `solver`, or None."""
     if solver is not None and not isinstance(solver, Solver):
         raise TypeError(
             f"solver must be None or a complementarity solver (jaxrbd.SemismoothNewton(), jaxrbd.Lemke()), got {solver!r}"
@@ -104,6 +110,7 @@ def choose_solver(
         raise TypeError(f"options must be a jaxrbd.stepping.StepOptions or None, got {options!r}")
     elif scheme is not None or cone is not None or impact is not None or grad_smoothing:
         raise TypeError("choose_solver: give options= or the option keywords, not both")
+    solver, step_solver = _split_solver("choose_solver", solver, step_solver)
     chosen = _step_solver("choose_solver", solver, step_solver)
     if chosen is not None:
         reason = chosen.supports(system, options)
@@ -288,6 +295,7 @@ def simulate(
         raise TypeError(f"throw must be True or False, got {throw!r}")
     cone = renamed("simulate", "friction", friction, "cone", cone)
     impact = renamed("simulate", "restitution", restitution, "impact", impact)
+    solver, step_solver = _split_solver("simulate", solver, step_solver)
     check_system(system, state)
     dtype = jnp.result_type(state.q, state.v, float)
     state = State(jnp.asarray(state.t, dtype), jnp.asarray(state.q, dtype), jnp.asarray(state.v, dtype))
