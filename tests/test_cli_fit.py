@@ -38,7 +38,7 @@ def factory_module(tmp_path_factory):
 
 
 def sliding_x(mu, speed=1.5, g=9.81, steps=STEPS):
-    """x of the planar block on a level line under the scheme's own update (exact, the reference problems):
+    """x of a block sliding on a level line (the planar block, the thrown box) under the scheme's own update (exact):
     v_{k+1} = max(v_k - mu g h, 0), x_{k+1} = x_k + h v_{k+1}."""
     v = np.maximum(speed - mu * g * DT * np.arange(1, steps + 1), 0.0)
     return np.concatenate([[0.0], np.cumsum(DT * v)])
@@ -136,9 +136,11 @@ def test_unknown_column_is_named(factory_module, block_csv, tmp_path, capsys):
     assert "COLUMN=qI" in err
 
 
-MODEL = """
+def box_model(gravity="0 0 -9.81", keyframes=""):
+    """An MJCF file: a 0.2 m box of 1 kg resting on a plane (mu 0.5 in both geoms), with these keyframes."""
+    return f"""
 <mujoco>
-  <option timestep="0.01" gravity="3 0 -9.81"/>
+  <option timestep="0.01" gravity="{gravity}"/>
   <worldbody>
     <geom type="plane" size="0 0 1" friction="0.5"/>
     <body pos="0 0 0.1">
@@ -146,8 +148,12 @@ MODEL = """
       <geom type="box" size="0.1 0.1 0.1" mass="1" friction="0.5"/>
     </body>
   </worldbody>
+  <keyframe>{keyframes}</keyframe>
 </mujoco>
 """
+
+
+MODEL = box_model(gravity="3 0 -9.81")
 
 
 def pushed_x(mu, push=3.0, g=9.81, steps=STEPS):
@@ -188,29 +194,10 @@ def test_a_missing_model_file_is_named(block_csv, tmp_path, capsys):
     assert "bad.xml" in run([*common, "--scene", str(bad)], tmp_path, capsys)
 
 
-THROWN = """
-<mujoco>
-  <option timestep="0.01"/>
-  <worldbody>
-    <geom type="plane" size="0 0 1" friction="0.5"/>
-    <body pos="0 0 0.1">
-      <freejoint/>
-      <geom type="box" size="0.1 0.1 0.1" mass="1" friction="0.5"/>
-    </body>
-  </worldbody>
-  <keyframe>
-    <key name="thrown" qpos="0 0 0.1 1 0 0 0" qvel="2 0 0 0 0 0"/>
-    <key name="slower" qpos="0 0 0.1 1 0 0 0" qvel="1.8 0 0 0 0 0"/>
-  </keyframe>
-</mujoco>
-"""
-
-
-def thrown_x(mu, speed, g=9.81, steps=STEPS):
-    """x of the box thrown along x on the level plane, the scheme's own update (exact):
-    v_{k+1} = max(v_k - mu g h, 0), x_{k+1} = x_k + h v_{k+1}."""
-    v = np.maximum(speed - mu * g * DT * np.arange(1, steps + 1), 0.0)
-    return np.concatenate([[0.0], np.cumsum(DT * v)])
+THROWN = box_model(
+    keyframes='<key name="thrown" qpos="0 0 0.1 1 0 0 0" qvel="2 0 0 0 0 0"/>'
+    '<key name="slower" qpos="0 0 0.1 1 0 0 0" qvel="1.8 0 0 0 0 0"/>'
+)
 
 
 @pytest.fixture(scope="module")
@@ -219,7 +206,7 @@ def thrown(tmp_path_factory):
     folder = tmp_path_factory.mktemp("thrown")
     model = folder / "thrown_box.xml"
     model.write_text(THROWN)
-    x = thrown_x(MU_TRUE, 2.0) + NOISE * np.random.default_rng(5).standard_normal(STEPS + 1)
+    x = sliding_x(MU_TRUE, speed=2.0) + NOISE * np.random.default_rng(5).standard_normal(STEPS + 1)
     data = folder / "thrown.csv"
     np.savetxt(data, np.c_[np.arange(STEPS + 1) * DT, x], delimiter=",", header="t,box_x", comments="")
     return model, data
