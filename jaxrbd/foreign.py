@@ -403,3 +403,138 @@ def rigid_equivalent(t, z, *, radius, gravity, e0=0.5):
     )
     e, z0, vz0 = (float(x) for x in fit.x)
     return e, z0, vz0, float(np.sqrt(np.mean(fit.fun**2)))
+
+
+ARM_JOINT_DEFAULTS = {"armature": 0.02, "damping": 0.3, "frictionloss": 0.15}
+
+
+def arm_xml(*, j1=None, j2=None, link1_mass=1.0, link2_mass=0.6, timestep=0.01):
+    """A two-link arm swinging in the vertical x-z plane: hinges j1 (shoulder) and j2 (elbow) about y, motors u1
+    and u2 (gear 1) on them, 0.3 m capsule links of the given masses (MuJoCo computes their inertias from the
+    shapes), MuJoCo's Euler integrator, no contact.
+
+    Args:
+        j1, j2: dicts of the joints' armature, damping and frictionloss (kg m^2, N m s, N m); missing entries
+            take `ARM_JOINT_DEFAULTS`.
+        link1_mass, link2_mass: the links' masses (kg).
+        timestep: MuJoCo's timestep (s).
+    """
+    _check_positive(link1_mass=link1_mass, link2_mass=link2_mass, timestep=timestep)
+
+    def joint(name, given):
+        values = ARM_JOINT_DEFAULTS | dict(given or {})
+        unknown = sorted(set(values) - set(ARM_JOINT_DEFAULTS))
+        if unknown:
+            raise ValueError(f"{name}: unknown joint parameters {unknown}; accepted: {sorted(ARM_JOINT_DEFAULTS)}")
+        for k, v in values.items():
+            check_value(f"{name}[{k!r}]", v, shape=(), nonnegative=True)
+        attrs = " ".join(f'{k}="{float(v)!r}"' for k, v in values.items())
+        return f'<joint name="{name}" type="hinge" axis="0 1 0" {attrs}/>'
+
+    return f"""<mujoco model="arm">
+  <option timestep="{float(timestep)!r}" integrator="Euler"/>
+  <worldbody>
+    <body name="link1" pos="0 0 1">
+      {joint("j1", j1)}
+      <geom type="capsule" fromto="0 0 0 0.3 0 0" size="0.03" mass="{float(link1_mass)!r}" contype="0" conaffinity="0"/>
+      <body name="link2" pos="0.3 0 0">
+        {joint("j2", j2)}
+        <geom type="capsule" fromto="0 0 0 0.3 0 0" size="0.025" mass="{float(link2_mass)!r}" contype="0"
+              conaffinity="0"/>
+      </body>
+    </body>
+  </worldbody>
+  <actuator>
+    <motor name="u1" joint="j1" gear="1"/>
+    <motor name="u2" joint="j2" gear="1"/>
+  </actuator>
+  <keyframe><key name="rest" qpos="0 0"/></keyframe>
+</mujoco>"""
+
+
+@dataclasses.dataclass(frozen=True)
+class ControlledLog:
+    """A robot's log from another simulator: its controls, the observed joint coordinates, the state it started in.
+
+    Attributes:
+        t: (T,) observation times from 0 (seconds).
+        controls: (T - 1, nu) the control held over each observation interval (MuJoCo's ctrl).
+        observed: (T, n) the observed qpos entries `columns` with noise.
+        clean: (T, n) the same without noise.
+        qvel: (T, nv) MuJoCo's joint velocities (not observed; for checks).
+        qpos0, qvel0: the start state.
+        dt: the observation interval (seconds), one MuJoCo step.
+        noise: the standard deviation of the noise (rad or m).
+        columns: the names of the observed coordinates.
+        engine: which simulator and version made it.
+    """
+
+    t: np.ndarray
+    controls: np.ndarray
+    observed: np.ndarray
+    clean: np.ndarray
+    qvel: np.ndarray
+    qpos0: np.ndarray
+    qvel0: np.ndarray
+    dt: float
+    noise: float
+    columns: tuple
+    engine: str = ""
+
+
+def excitation(steps, nu, *, amplitude=1.0, frequencies=(0.5, 3.0), waves=4, seed=0):
+    """Random excitation controls, (steps, nu): per control a sum of `waves` sines with frequencies drawn uniformly
+    in `frequencies` (Hz), random phases and amplitudes, scaled to a peak of `amplitude`; sampled every step of
+    0.01 s."""
+    check_value("amplitude", amplitude, shape=(), nonnegative=True)
+    rng = np.random.default_rng(seed)
+    t = 0.01 * np.arange(steps)[:, None, None]
+    f = rng.uniform(*frequencies, size=(1, nu, waves))
+    a = rng.uniform(0.5, 1.0, size=(1, nu, waves))
+    u = np.sum(a * np.sin(2 * np.pi * f * t + rng.uniform(0, 2 * np.pi, size=(1, nu, waves))), axis=-1)
+    return amplitude * u / np.max(np.abs(u), axis=0, keepdims=True)
+
+
+def mujoco_log(xml, controls, *, qpos0=None, qvel0=None, noise=1e-3, seed=0):
+    """Step MuJoCo's C engine on a model file with logged controls; observe every qpos entry with noise.
+
+    Args:
+        xml: the MJCF model as a string; one observation per MuJoCo step.
+        controls: (T - 1, nu) the control of each step.
+        qpos0, qvel0: the start state (default: the model's qpos0 at rest).
+        noise: the standard deviation of the Gaussian noise added to qpos.
+        seed: the noise's seed.
+
+    Returns:
+        A `ControlledLog` with columns q0 .. q(nq-1).
+    """
+    mujoco = _mujoco()
+    model = mujoco.MjModel.from_xml_string(xml)
+    controls = np.asarray(controls, float)
+    if controls.ndim != 2 or controls.shape[1] != model.nu:
+        raise ValueError(f"controls must have shape (steps, {model.nu}) for this model, got {controls.shape}")
+    data = mujoco.MjData(model)
+    data.qpos[:] = model.qpos0 if qpos0 is None else qpos0
+    data.qvel[:] = 0.0 if qvel0 is None else qvel0
+    mujoco.mj_forward(model, data)
+    start = data.qpos.copy(), data.qvel.copy()
+    q, v = [data.qpos.copy()], [data.qvel.copy()]
+    for u in controls:
+        data.ctrl[:] = u
+        mujoco.mj_step(model, data)
+        q.append(data.qpos.copy())
+        v.append(data.qvel.copy())
+    clean = np.array(q)
+    return ControlledLog(
+        t=model.opt.timestep * np.arange(len(clean)),
+        controls=controls,
+        observed=_noisy(clean, noise, seed),
+        clean=clean,
+        qvel=np.array(v),
+        qpos0=start[0],
+        qvel0=start[1],
+        dt=float(model.opt.timestep),
+        noise=float(noise),
+        columns=tuple(f"q{i}" for i in range(model.nq)),
+        engine=f"MuJoCo {mujoco.__version__}",
+    )

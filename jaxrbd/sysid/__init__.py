@@ -78,6 +78,7 @@ from ._forms import LeastSquares as LeastSquares
 from ._forms import Loss as Loss
 from ._forms import ManyExperiments as ManyExperiments
 from ._losses import trajectory_loss as trajectory_loss
+from ._named import ModelParameters as ModelParameters
 from ._uncertainty import Uncertainty as Uncertainty
 from ._uncertainty import uncertainty as uncertainty
 from ._violation import velocities_from_positions as velocities_from_positions
