@@ -27,8 +27,10 @@ def main(argv=None):
     )
     fit.add_argument(
         "file",
+        nargs="+",
         help="trajectory file: .csv, .tsv or .txt with a header row (a leading # is fine; tabs, commas or spaces) "
-        "or .npz with one array per column",
+        "or .npz with one array per column; module:function and .xml scenes take several logs of one length, "
+        "fitted together from the same start",
     )
     fit.add_argument(
         "--scene",
@@ -91,6 +93,13 @@ def main(argv=None):
         default="",
         metavar="COL=qI,...",
         help="map file columns to simulated coordinates: COL=qI (position coordinate I) or COL=vI (velocity)",
+    )
+    fit.add_argument(
+        "--controls",
+        default="",
+        metavar="COL,...",
+        help=".xml scenes: the columns that hold each actuator's control, in the file's actuator order, replayed "
+        "in every step",
     )
     fit.add_argument(
         "--impact",
@@ -161,7 +170,9 @@ def main(argv=None):
         from .fit import FitFailedError, TrajectoryFileError, run_fit, run_scene_fit
 
         if args.steps is not None:
-            warnings.warn("--steps is deprecated: use --iterations (the optimizer's budget)", FutureWarning, stacklevel=1)
+            warnings.warn(
+                "--steps is deprecated: use --iterations (the optimizer's budget)", FutureWarning, stacklevel=1
+            )
             if args.iterations is None:
                 args.iterations = args.steps
         iterations = 100 if args.iterations is None else args.iterations
@@ -173,12 +184,14 @@ def main(argv=None):
                 for k in ("half_extents", "radius", "mass", "gravity", "start")
                 if getattr(args, k) is not None
             }
-            general = [k for k in ("param", "fit_names", "columns", "impact") if getattr(args, k)]
+            general = [k for k in ("param", "fit_names", "columns", "impact", "controls") if getattr(args, k)]
             if args.scene in ("sliding_block", "bouncing_ball"):
                 if general:
                     raise TrajectoryFileError(f"{_flags(general)}: not for the shortcut scene {args.scene}")
+                if len(args.file) > 1:
+                    raise TrajectoryFileError(f"the shortcut scene {args.scene} fits one file, got {len(args.file)}")
                 run_fit(
-                    args.file,
+                    args.file[0],
                     scene=args.scene,
                     dt=args.dt,
                     out=args.out,
@@ -196,7 +209,7 @@ def main(argv=None):
                         "a factory takes its own --param NAME=VALUE"
                     )
                 run_scene_fit(
-                    args.file,
+                    args.file if len(args.file) > 1 else args.file[0],
                     scene=args.scene,
                     dt=args.dt,
                     out=args.out,
@@ -210,6 +223,7 @@ def main(argv=None):
                     substeps=args.substeps,
                     resample=args.resample,
                     noise=args.noise,
+                    controls=args.controls,
                 )
         except (TrajectoryFileError, FileExistsError) as err:
             print(f"jaxrbd fit: error: {err}", file=sys.stderr)

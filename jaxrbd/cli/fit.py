@@ -306,41 +306,61 @@ def parse_number(text):
 
 
 def model_file_factory(path, keyframe=None):
-    """A scene factory for an MJCF model file: factory(mu=None, restitution=None, **coordinates) -> the loaded
-    scene with every contact's friction coefficient and restitution set to mu and restitution (None keeps the
-    file's), and the start state's coordinates qI and vI (keywords `q0`, `v3`, ...) set where given.
+    """A scene factory for an MJCF model file: factory(mu=None, restitution=None, **values) -> the loaded scene
+    with every contact's friction coefficient and restitution set to mu and restitution (None keeps the file's),
+    the model parameters named as in the file set (`jaxrbd.sysid.ModelParameters`: `j1.damping`, `link2.mass`,
+    `u1.gear`, `floor/box.friction`, ...), and the start state's coordinates qI and vI (keywords `q0`, `v3`,
+    ...) set where given.
 
-    The file is loaded once (`jaxrbd.load_mjcf`, from `keyframe`: a `<key>` name or index, or None for the file's
-    qpos0 at rest); the parameters arrive as traced scalars and replace the system's per-contact arrays or the
-    state's entries, so they are differentiable like a Python factory's. `factory.defaults` holds the loaded
-    state's coordinates by name (the start value of a fitted qI or vI without --param).
+    The file is loaded once in joint coordinates (`jaxrbd.load_mjcf`, from `keyframe`: a `<key>` name or index,
+    or None for the file's qpos0 at rest), so qI and vI are MuJoCo's qpos and qvel entries; the parameters
+    arrive as traced scalars, so they are differentiable like a Python factory's. `factory.defaults` holds the
+    loaded state's coordinates by name (the start value of a fitted qI or vI without --param),
+    `factory.file_values(names)` the file's values of named model parameters, and `factory.motors` the
+    actuators in the order of the controls.
     """
     import equinox as eqx
     import jax.numpy as jnp
 
     from ..mjcf import load_mjcf
+    from ..sysid import ModelParameters
 
     try:
-        loaded = load_mjcf(path, coordinates="maximal", keyframe=keyframe)
+        loaded = load_mjcf(path, keyframe=keyframe)
     except (ValueError, OSError, KeyError) as err:
         raise TrajectoryFileError(f"--scene {path!r}: {err}") from None
     q0, v0 = np.asarray(loaded.state.q), np.asarray(loaded.state.v)
+    named = {}
 
-    def factory(mu=None, restitution=None, **coordinates):
-        system, state = loaded
+    def model_parameters(names):
+        names = tuple(sorted(names))
+        if names not in named:
+            try:
+                named[names] = ModelParameters(loaded, names)
+            except ValueError as err:
+                raise TrajectoryFileError(f"--scene {path}: {err}") from None
+        return named[names]
+
+    def factory(mu=None, restitution=None, **values):
+        system, state = loaded.system, loaded.state
         if mu is not None:
             system = eqx.tree_at(lambda s: s.mu, system, jnp.full_like(system.mu, mu))
         if restitution is not None:
             e = jnp.full_like(system.mu, restitution)
             system = eqx.tree_at(lambda s: s.restitution, system, e, is_leaf=lambda x: x is None)
+        model = {k: v for k, v in values.items() if "." in k}
+        if model:
+            system = model_parameters(model).apply(system, model)
         q, v = state.q, state.v
-        for name, value in coordinates.items():
+        for name, value in values.items():
+            if name in model:
+                continue
             match = _TARGET.match(name)
             size = q0.size if match and match.group(1) == "q" else v0.size
             if match is None or int(match.group(2)) >= size:
                 raise TrajectoryFileError(
-                    f"--param {name}: a model file takes mu, restitution and the start coordinates q0..q{q0.size - 1}"
-                    f" and v0..v{v0.size - 1}"
+                    f"--param {name}: a model file takes mu, restitution, the start coordinates q0..q{q0.size - 1}"
+                    f" and v0..v{v0.size - 1}, and its parameters by name (JOINT.damping, BODY.mass, ...)"
                 )
             i = int(match.group(2))
             if match.group(1) == "q":
@@ -350,6 +370,8 @@ def model_file_factory(path, keyframe=None):
         return system, eqx.tree_at(lambda s: (s.q, s.v), state, (q, v))
 
     factory.defaults = {f"q{i}": float(x) for i, x in enumerate(q0)} | {f"v{i}": float(x) for i, x in enumerate(v0)}
+    factory.file_values = lambda names: model_parameters(names).values
+    factory.motors = loaded.motors
     return factory
 
 
@@ -458,6 +480,7 @@ def run_scene_fit(
     resample=False,
     noise=None,
     keyframe=None,
+    controls="",
 ):
     """Fit the parameters `fit_names` of the scene `factory(**params)` to the file's columns.
 
@@ -468,7 +491,10 @@ def run_scene_fit(
     file's columns (`fit_scene`). A model file (.xml) starts from `keyframe` (or
     its qpos0 at rest), and its start coordinates qI and vI can be fitted too
     (`--fit mu,v0`), starting from the loaded state's values unless a --param
-    gives one. A fitted parameter that starts > 0 is fitted in log space
+    gives one, and so can its parameters by name (`--fit j1.damping,link2.mass`,
+    starting from the file's values); `controls` ('u0,u1') names the columns
+    that hold the control of each actuator, replayed in every step (row k's
+    controls act from row k to row k + 1). A fitted parameter that starts > 0 is fitted in log space
     (`Positive()`), any other one unbounded (the start coordinates always).
     Returns the fitted values.
     """
@@ -483,6 +509,9 @@ def run_scene_fit(
         raise TrajectoryFileError("--fit: name at least one parameter to fit, for example --fit mu")
     defaults = getattr(factory, "defaults", {})
     start |= {k: defaults[k] for k in names if k not in start and k in defaults}
+    by_name = [k for k in names if k not in start and "." in k]
+    if by_name and hasattr(factory, "file_values"):
+        start |= factory.file_values(by_name)
     unknown = [k for k in names if k not in start]
     if unknown:
         raise TrajectoryFileError(
@@ -495,8 +524,24 @@ def run_scene_fit(
     except Exception as err:
         raise TrajectoryFileError(f"--scene {scene}: the factory failed with {start}: {err}") from None
     mapping = parse_columns(columns, np.shape(state.q)[0], np.shape(state.v)[0])
-    need = [c for c, _, _ in mapping] + (["t"] if "t" in read_columns(path) else [])
-    data = load_trajectory(path, need, dt, resample=resample)
+    control_columns = _control_columns(controls, factory)
+    paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
+    if len(paths) > 1:
+        started = [k for k in names if _TARGET.match(k)]
+        if started:
+            raise TrajectoryFileError(
+                f"--fit {','.join(started)}: several logs share the fitted parameters, not their start coordinates"
+            )
+    data = []
+    for p in paths:
+        need = [c for c, _, _ in mapping] + control_columns + (["t"] if "t" in read_columns(p) else [])
+        data.append(load_trajectory(p, need, dt, resample=resample))
+    lengths = [len(d[mapping[0][0]]) for d in data]
+    if len(set(lengths)) > 1:
+        raise TrajectoryFileError(f"the logs {paths} have {lengths} rows: several logs must have the same length")
+    u = np.stack([np.stack([d[c] for c in control_columns], axis=1)[:-1] for d in data]) if control_columns else None
+    if len(paths) == 1:
+        data, u, path = data[0], None if u is None else u[0], paths[0]
     return fit_scene(
         factory,
         start,
@@ -517,7 +562,23 @@ def run_scene_fit(
         substeps=substeps,
         iterations=iterations,
         noise=noise,
+        controls=u,
     )
+
+
+def _control_columns(text, factory):
+    """The columns of --controls, one per actuator of a model file (`factory.motors`)."""
+    names = [c.strip() for c in (text or "").split(",") if c.strip()]
+    if not names:
+        return []
+    motors = getattr(factory, "motors", None)
+    if motors is None:
+        raise TrajectoryFileError("--controls: only for model files (--scene MODEL.xml), whose actuators it drives")
+    if len(names) != len(motors):
+        raise TrajectoryFileError(
+            f"--controls {','.join(names)}: the model has {len(motors)} actuators {list(motors)}, one column each"
+        )
+    return names
 
 
 def fit_scene(
@@ -536,6 +597,7 @@ def fit_scene(
     substeps=1,
     iterations=50,
     noise=None,
+    controls=None,
 ):
     """Fit `names` of `factory(**values)` to the columns of `data` by Levenberg-Marquardt; write the fit.
 
@@ -543,6 +605,9 @@ def fit_scene(
     factory's state and is sampled every `substeps` steps; the simulated
     coordinates `mapping` [(column, 'q' or 'v', index)] are compared with the
     columns (`jaxrbd.sysid.fit` with residuals; `bounds` per fitted name).
+    `controls` (len(data) - 1, nu), or None, holds each sample interval's
+    controls, held over its substeps. `data` may be a list of logs of one length,
+    fitted together from the same start state, with `controls` (logs, len - 1, nu).
     Writes `out/fit.json` (values, standard deviations, 95% intervals,
     identifiability, RMS, loss, and `failed`: the reasons the fit failed, empty
     when it did not) and `out/fit.png` (data vs fit); prints them and returns the
@@ -552,6 +617,7 @@ def fit_scene(
     parameters), or an RMS residual above `RMS_NOISE_LIMIT` times `noise`.
     """
 
+    import jax
     import jax.numpy as jnp
 
     from ..stepping import simulate
@@ -561,14 +627,25 @@ def fit_scene(
     if not (isinstance(substeps, int) and substeps >= 1):
         raise TrajectoryFileError(f"--substeps must be an integer >= 1, got {substeps!r}")
     fixed = {k: v for k, v in values.items() if k not in names}
-    observed = jnp.asarray(np.stack([data[c] for c, _, _ in mapping], axis=1))
-    n = observed.shape[0]
+    logs = data if isinstance(data, list) else [data]
+    observed = jnp.asarray(np.stack([np.stack([d[c] for c, _, _ in mapping], axis=1) for d in logs]))
+    if not isinstance(data, list):
+        observed, controls = observed[0], None if controls is None else np.asarray(controls)[None]
+    n = observed.shape[-2]
+    held = None if controls is None else jnp.repeat(jnp.asarray(controls, float), substeps, axis=1)
+
+    def predict(p, u):
+        system, state = factory(**fixed, **p)
+        traj = simulate(system, state, dt=dt / substeps, steps=(n - 1) * substeps, impact=impact, controls=u)
+        q, v = traj.q[::substeps], traj.v[::substeps]
+        return jnp.stack([(q if kind == "q" else v)[:, i] for _, kind, i in mapping], axis=1)
 
     def residuals(p, obs):
-        system, state = factory(**fixed, **p)
-        traj = simulate(system, state, dt=dt / substeps, steps=(n - 1) * substeps, impact=impact)
-        q, v = traj.q[::substeps], traj.v[::substeps]
-        return jnp.stack([(q if kind == "q" else v)[:, i] for _, kind, i in mapping], axis=1) - obs
+        if held is None:
+            return predict(p, None) - obs
+        if obs.ndim == 2:
+            return predict(p, held[0]) - obs
+        return jax.vmap(lambda u: predict(p, u))(held) - obs
 
     result = fit(
         residuals=residuals,
@@ -608,12 +685,15 @@ def fit_scene(
     result_path = os.path.join(out, "fit.json")
     with open(result_path, "w") as f:
         json.dump(summary, f, indent=2)
-    t = data["t"] if "t" in data else dt * np.arange(n)
+    t = logs[0]["t"] - logs[0]["t"][0] if "t" in logs[0] else dt * np.arange(n)
     # the fitted curves from the fit's own compiled residuals (no second compilation): pred = obs + r
     _, r, _ = _problem(residuals=residuals, data=observed).jacobian(
         {k: jnp.asarray(v) for k, v in fitted.items()}, observed, names
     )
     fitted_curves = np.asarray(observed) + r.reshape(observed.shape)
+    if observed.ndim == 3:  # the logs one after another
+        t = np.concatenate([t + e * (t[-1] + dt) for e in range(len(logs))])
+        observed, fitted_curves = np.concatenate(list(observed)), np.concatenate(list(fitted_curves))
     _plot(t, np.asarray(observed), fitted_curves, mapping, result, os.path.join(out, "fit.png"))
     for k in names:
         lo, hi = summary["interval"][k]
