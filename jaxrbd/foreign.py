@@ -414,9 +414,11 @@ def arm_xml(*, j1=None, j2=None, link1_mass=1.0, link2_mass=0.6, timestep=0.01):
     shapes), MuJoCo's Euler integrator, no contact.
 
     Args:
-        j1, j2: dicts of the joints' armature, damping and frictionloss (kg m^2, N m s, N m); missing entries
+        j1: a dict of the shoulder's armature, damping and frictionloss (kg m^2, N m s, N m); missing entries
             take `ARM_JOINT_DEFAULTS`.
-        link1_mass, link2_mass: the links' masses (kg).
+        j2: the same for the elbow.
+        link1_mass: the upper link's mass (kg).
+        link2_mass: the forearm's mass (kg).
         timestep: MuJoCo's timestep (s).
     """
     _check_positive(link1_mass=link1_mass, link2_mass=link2_mass, timestep=timestep)
@@ -501,7 +503,8 @@ def mujoco_log(xml, controls, *, qpos0=None, qvel0=None, noise=1e-3, seed=0):
     Args:
         xml: the MJCF model as a string; one observation per MuJoCo step.
         controls: (T - 1, nu) the control of each step.
-        qpos0, qvel0: the start state (default: the model's qpos0 at rest).
+        qpos0: the start configuration (default: the model's qpos0).
+        qvel0: the start velocity (default: at rest).
         noise: the standard deviation of the Gaussian noise added to qpos.
         seed: the noise's seed.
 

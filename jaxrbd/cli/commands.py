@@ -36,7 +36,8 @@ def main(argv=None):
         "--scene",
         required=True,
         help="sliding_block, bouncing_ball, an MJCF model file (.xml; its parameters: mu and restitution of "
-        "every contact), or module:function, a factory taking keyword parameters and returning a Scene (the "
+        "every contact, the start coordinates qI and vI, and the file's parameters by name: j1.damping, "
+        "link2.mass, u1.gear, ...), or module:function, a factory taking keyword parameters and returning a Scene (the "
         "module importable from the working folder or PYTHONPATH)",
     )
     fit.add_argument(

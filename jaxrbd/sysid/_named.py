@@ -130,7 +130,8 @@ class ModelParameters:
         Args:
             observed: (E, T, n) the logged coordinates, one row per model timestep.
             controls: (E, T - 1, nu) the control of each step.
-            qpos0, qvel0: (E, nq), (E, nv) each log's start state (default: the scene's state).
+            qpos0: (E, nq) each log's start configuration (default: the scene's).
+            qvel0: (E, nv) each log's start velocity (default: the scene's).
             columns: the n observed coordinates, as joint names or qpos indices (default: all of qpos).
             mask: (E, T, n) or None, as in `Experiments`.
 
