@@ -454,6 +454,36 @@ def arm_xml(*, j1=None, j2=None, link1_mass=1.0, link2_mass=0.6, timestep=0.01):
 </mujoco>"""
 
 
+def pendulum_xml(*, max_torque=1.0, mass=1.0, length=0.5, damping=0.05, timestep=0.01):
+    """A pendulum hanging from a hinge about y (angle 0 hanging down, pi upright): one capsule link of the given
+    mass and length, a motor "torque" on the hinge whose control in [-1, 1] is the torque in units of max_torque,
+    joint damping, MuJoCo's Euler integrator, no contact. With max_torque below m g length / 2 the motor cannot
+    lift it straight up: a swing-up has to pump.
+
+    Args:
+        max_torque: the motor's gear (N m at control 1).
+        mass: the link's mass (kg).
+        length: the link's length (m).
+        damping: the hinge's damping (N m s).
+        timestep: MuJoCo's timestep (s).
+    """
+    _check_positive(max_torque=max_torque, mass=mass, length=length, timestep=timestep)
+    check_value("damping", damping, shape=(), nonnegative=True)
+    return f"""<mujoco model="pendulum">
+  <option timestep="{float(timestep)!r}" integrator="Euler"/>
+  <worldbody>
+    <body name="link" pos="0 0 1">
+      <joint name="hinge" type="hinge" axis="0 1 0" damping="{float(damping)!r}"/>
+      <geom type="capsule" fromto="0 0 0 0 0 {-float(length)!r}" size="0.02" mass="{float(mass)!r}" contype="0"
+            conaffinity="0"/>
+    </body>
+  </worldbody>
+  <actuator>
+    <motor name="torque" joint="hinge" gear="{float(max_torque)!r}" ctrllimited="true" ctrlrange="-1 1"/>
+  </actuator>
+</mujoco>"""
+
+
 @dataclasses.dataclass(frozen=True)
 class ControlledLog:
     """A robot's log from another simulator: its controls, the observed joint coordinates, the state it started in.

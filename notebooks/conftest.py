@@ -1,7 +1,7 @@
 """Notebook collection: every notebook but the quick start (the paper reproductions at full scale, the friction
 and restitution fits, the parameter sweep, the friction cones compared on one scene, the MJCF models stepped
-beside MuJoCo with a fit, and the fits to MuJoCo-made data) runs with the slow set (`pytest -m slow`, which CI
-runs too)."""
+beside MuJoCo with a fit, the fits to MuJoCo-made data, and the robots identified and controlled) runs with the
+slow set (`pytest -m slow`, which CI runs too)."""
 
 import pytest
 
@@ -13,6 +13,7 @@ SLOW_NOTEBOOKS = (
     "06_friction_cones.ipynb",
     "07_models.ipynb",
     "08_foreign_data.ipynb",
+    "09_robots.ipynb",
 )
 
 

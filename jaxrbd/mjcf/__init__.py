@@ -18,7 +18,7 @@ Needs the optional `mujoco` package (`pip install jaxrbd[mjcf]`).
 
 import os
 
-from .._validate import renamed
+from .._validate import check_value, renamed
 from ..cones import Cone
 from ..geometry import BroadPhase
 from ._common import _mujoco as _mujoco
@@ -40,6 +40,7 @@ def load_mjcf(
     broadphase: int | BroadPhase | None = None,
     coordinates: str = "joints",
     friction: Cone | None = None,
+    grad_smoothing: float = 0.0,
 ) -> MjcfScene:
     """Load an MJCF model (a path or an XML string) as an `MjcfScene`, with MuJoCo's parser and compiler.
 
@@ -56,6 +57,8 @@ def load_mjcf(
             pairs gets a broad phase by default; pass one to override it.
         coordinates: "joints" (the default) or "maximal".
         friction: the deprecated name of `cone`.
+        grad_smoothing: eps >= 0, the default of `scene.simulate`'s backward pass
+            (see below and `jaxrbd.simulate`).
 
     In joint coordinates (`jaxrbd.bodies.Tree`):
     - bodies, their offsets, masses, centres of mass and inertias are MuJoCo's;
@@ -82,6 +85,18 @@ def load_mjcf(
 
     In maximal coordinates, see `jaxrbd.mjcf._maximal.load_maximal` for the mapping.
 
+    Gradients on range stops and contacts. A joint pressed against its rigid range
+    stop does not move when its motor's control changes a little, so the exact
+    gradient with respect to that control is zero for every step it rests there,
+    and a fit or a controller optimised by gradient stalls. With `grad_smoothing=eps`
+    (here, or on `simulate`) the forward rollout is unchanged and the backward pass
+    differentiates each step through the smoothed complementarity residual, which
+    blends the two sides of each switch over a width eps of that row's impulse (N s
+    or N m s); a stop that pushes back with an impulse much larger than eps still
+    passes no gradient. Use an eps of the order of the impulses that hold the joint
+    (for the hopper's thigh on its stop, about 0.1 N m s), only where the exact
+    gradient stalls; off the switches the gradient is then no longer exact.
+
     Returns:
         an `MjcfScene` (unpacks to `(system, state)`), with `dt`, `motors`,
         `to_mujoco_qpos`, `from_mujoco_qpos`, `to_mujoco_qvel` and `from_mujoco`.
@@ -91,9 +106,13 @@ def load_mjcf(
         raise ValueError(f"load_mjcf: coordinates must be one of {COORDINATES}, got {coordinates!r}")
     mujoco = _mujoco()
     m = _parse(mujoco, source)
+    check_value("grad_smoothing", grad_smoothing, shape=(), nonnegative=True)
     options = dict(keyframe=keyframe, friction=friction, broadphase=broadphase)
     if coordinates == "maximal":
-        return load_maximal(m, directions=8 if directions is None else directions, **options)
+        directions = 8 if directions is None else directions
+        return load_maximal(m, directions=directions, grad_smoothing=float(grad_smoothing), **options)
     options["directions"] = 4 if directions is None else directions
     system, state, tree, motors = load_tree(m, mujoco, **options)
-    return MjcfScene(system, state, tree, dt=float(m.opt.timestep), layout=None, motors=motors)
+    return MjcfScene(
+        system, state, tree, dt=float(m.opt.timestep), layout=None, motors=motors, grad_smoothing=float(grad_smoothing)
+    )

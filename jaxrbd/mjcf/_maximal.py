@@ -28,6 +28,7 @@ import numpy as np
 from .. import _rotation as rot
 from ..bodies import SceneBuilder
 from ..model import Scene, State
+from ..stepping import simulate
 from ._common import (
     BALL,
     DEFAULT_SOLIMP,
@@ -81,11 +82,33 @@ class MjcfScene(Scene):
         layout: the `MjcfLayout` of the maps between qpos/qvel and q/v in maximal
             coordinates; None in joint coordinates, where q and v are qpos and qvel.
         motors: the names of the `<motor>` actuators, the order of the controls u.
+        grad_smoothing: the `grad_smoothing` that `simulate` uses unless told
+            otherwise (`load_mjcf(..., grad_smoothing=)`).
     """
 
     dt: float = eqx.field(static=True, default=0.002)
     layout: MjcfLayout = eqx.field(static=True, default=None)
     motors: tuple = eqx.field(static=True, default=())
+    grad_smoothing: float = eqx.field(static=True, default=0.0)
+
+    def simulate(self, steps, *, controls=None, state=None, system=None, **options):
+        """`jaxrbd.simulate` of this model from its initial state, at MuJoCo's timestep and with the scene's
+        `grad_smoothing`: `scene.simulate(500, controls=u)`.
+
+        Args:
+            steps: the number of steps (static int >= 1).
+            controls: (steps, nu) controls in `motors` order, a function of (t, q, v), or None.
+            state: the initial `State`; None: `self.state`.
+            system: the `System` (for example one with fitted parameters); None: `self.system`.
+            **options: any other keyword of `jaxrbd.simulate` (dt and grad_smoothing override the scene's).
+
+        Returns:
+            the `Trajectory`.
+        """
+        options = dict(dt=self.dt, grad_smoothing=self.grad_smoothing) | options
+        system = self.system if system is None else system
+        state = self.state if state is None else state
+        return simulate(system, state, steps=steps, controls=controls, **options)
 
     @property
     def joint_coordinates(self):
@@ -288,7 +311,7 @@ _state_of_mujoco = jax.jit(_from_mujoco, static_argnums=0)
 _qvel_of = jax.jit(_to_qvel, static_argnums=0)
 
 
-def load_maximal(m, *, keyframe=None, directions=8, friction=None, broadphase=None):
+def load_maximal(m, *, keyframe=None, directions=8, friction=None, broadphase=None, grad_smoothing=0.0):
     """The `MjcfScene` of the compiled MjModel m in maximal coordinates (`load_mjcf(coordinates="maximal")`).
 
     What is read, and how it maps:
@@ -619,7 +642,13 @@ def load_maximal(m, *, keyframe=None, directions=8, friction=None, broadphase=No
         warnings.warn("load_mjcf ignores these MJCF elements: " + "; ".join(ignored), stacklevel=3)
     scene = b.build()
     return MjcfScene(
-        scene.system, scene.state, scene.bodies, dt=float(m.opt.timestep), layout=layout, motors=tuple(motors)
+        scene.system,
+        scene.state,
+        scene.bodies,
+        dt=float(m.opt.timestep),
+        layout=layout,
+        motors=tuple(motors),
+        grad_smoothing=grad_smoothing,
     )
 
 
