@@ -30,7 +30,9 @@ from ._problems import FrictionLCP as FrictionLCP
 from ._problems import friction_lcp as friction_lcp
 from ._problems import natural_residual as natural_residual
 from ._random import random_friction_lcp as random_friction_lcp
+from .batch import UnconvergedLanes as UnconvergedLanes
 from .batch import sweep as sweep
+from .batch import unconverged_lanes as unconverged_lanes
 from .bodies import SceneBuilder as SceneBuilder
 from .complementarity import LCPSolution as LCPSolution
 from .complementarity import Lemke as Lemke

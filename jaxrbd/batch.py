@@ -1,6 +1,12 @@
-"""`sweep`: map a simulation over a batch of parameters with vmap, in chunks, sharded over devices."""
+"""`sweep`: map a simulation over a batch of parameters with vmap, in chunks, sharded over devices.
+
+A sweep that returns the trajectories (or their `StepStats`) is checked on the host:
+its lanes with a step that did not converge are counted and named in a warning, or
+raised with `throw=True`, and `unconverged_lanes(result)` gives their indices.
+"""
 
 import math
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -10,10 +16,71 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from ._config import BATCH_COMPILER_OPTIONS
+from .stepping import StepStats
+
+DEFAULT_CHUNK = 1024  # sets per chunk by default ...
+CHUNK_BYTES = 256 * 2**20  # ... and fewer where one chunk's outputs would pass this
+SHOWN_LANES = 20  # the lane indices a warning or an error lists
+
+
+class UnconvergedLanes(RuntimeError):
+    """Raised by `sweep(..., throw=True)` when lanes hold steps that did not converge; `lanes` holds their indices."""
+
+    def __init__(self, message, lanes):
+        super().__init__(message)
+        self.lanes = lanes
+
+
+def unconverged_lanes(result) -> np.ndarray:
+    """The indices of the lanes of a batched result that hold a step that did not converge.
+
+    Every `StepStats` in the pytree `result` (the stats of batched trajectories, with a
+    leading batch axis) is read; a lane is unconverged where any of its steps has
+    `converged` False. A result without `StepStats` has no lane to report: an empty array.
+    """
+    stats = [x for x in jax.tree_util.tree_leaves(result, is_leaf=_is_stats) if _is_stats(x)]
+    bad = None
+    for s in stats:
+        converged = np.asarray(s.converged)
+        if converged.ndim == 0:
+            raise ValueError("unconverged_lanes: the StepStats in result have no batch axis")
+        lane_bad = ~converged.reshape(converged.shape[0], -1).all(axis=1)
+        bad = lane_bad if bad is None else bad | lane_bad
+    return np.zeros(0, int) if bad is None else np.flatnonzero(bad)
+
+
+def _is_stats(x):
+    return isinstance(x, StepStats)
+
+
+def _lanes_text(lanes):
+    shown = ", ".join(str(int(i)) for i in lanes[:SHOWN_LANES])
+    return shown + (f", ... ({len(lanes) - SHOWN_LANES} more)" if len(lanes) > SHOWN_LANES else "")
+
+
+_LANE_BYTES = {}
+
+
+def _default_chunk(fn, params, batch):
+    """DEFAULT_CHUNK sets, or fewer where one chunk's outputs (one lane's, by `jax.eval_shape`, cached per function
+    and shapes) pass CHUNK_BYTES."""
+    one = jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(np.shape(x)[1:], jnp.asarray(x).dtype), params)
+    key = (fn, jax.tree_util.tree_structure(one), tuple((x.shape, x.dtype) for x in jax.tree_util.tree_leaves(one)))
+    if key not in _LANE_BYTES:
+        if len(_LANE_BYTES) >= _MAPPED_SIZE:
+            _LANE_BYTES.pop(next(iter(_LANE_BYTES)))
+        out = jax.eval_shape(fn, one)
+        _LANE_BYTES[key] = sum(math.prod(x.shape) * x.dtype.itemsize for x in jax.tree_util.tree_leaves(out))
+    return max(1, min(batch, DEFAULT_CHUNK, CHUNK_BYTES // max(_LANE_BYTES[key], 1)))
 
 
 def sweep(
-    fn: Callable[[Any], Any], params: Any, *, chunk_size: int | None = None, devices: Sequence[jax.Device] | None = None
+    fn: Callable[[Any], Any],
+    params: Any,
+    *,
+    chunk_size: int | None = None,
+    devices: Sequence[jax.Device] | None = None,
+    throw: bool = False,
 ) -> Any:
     """fn applied to every parameter set of a batch: `vmap`, chunked, sharded over devices.
 
@@ -33,11 +100,21 @@ def sweep(
             axis), returning a pytree of arrays.
         params: a pytree of arrays with a leading batch axis B (all leaves the same B).
         chunk_size: sets per chunk (rounded up to a multiple of the device count);
-            default: the whole batch in one chunk.
+            default: 1,024 sets, or fewer where one chunk's outputs would pass
+            256 MiB (one lane's outputs measured by `jax.eval_shape`).
         devices: the devices to shard over; default all devices (`jax.devices()`).
+        throw: where the outputs hold `StepStats` (return the trajectory, or its
+            `stats`, from `fn`) and some lanes hold a step that did not converge:
+            False warns on the host, naming how many and which lanes; True raises
+            `UnconvergedLanes` (a RuntimeError whose `lanes` are their indices).
 
     Returns:
-        The pytree of `fn`'s outputs, each with the leading batch axis B.
+        The pytree of `fn`'s outputs, each with the leading batch axis B;
+        `unconverged_lanes(result)` gives the indices of the lanes whose steps did
+        not all converge.
+
+    Raises:
+        UnconvergedLanes: with throw=True, as above.
     """
     if not callable(fn):
         raise TypeError(f"fn must be a function of one parameter set, got {fn!r}")
@@ -58,7 +135,7 @@ def sweep(
     if not devices:
         raise ValueError("devices must name at least one device")
     ndev = len(devices)
-    chunk = batch if chunk_size is None else int(chunk_size)
+    chunk = _default_chunk(fn, params, batch) if chunk_size is None else int(chunk_size)
     chunk = ndev * math.ceil(min(chunk, batch) / ndev)
     nchunks = math.ceil(batch / chunk)
     padded = nchunks * chunk
@@ -72,7 +149,17 @@ def sweep(
     sharding = NamedSharding(mesh, PartitionSpec(None, "batch"))
     stacked = jax.tree_util.tree_map(lambda x: jax.device_put(pad(x), sharding), params)
     out = _mapped(fn, sharding)(stacked)
-    return jax.tree_util.tree_map(lambda y: y.reshape(padded, *y.shape[2:])[:batch], out)
+    result = jax.tree_util.tree_map(lambda y: y.reshape(padded, *y.shape[2:])[:batch], out)
+    lanes = unconverged_lanes(result)
+    if lanes.size:
+        message = (
+            f"sweep: {lanes.size} of {batch} lanes hold a step that did not converge (lanes {_lanes_text(lanes)}); "
+            "their stats.status says why (StepStatus.message)"
+        )
+        if throw:
+            raise UnconvergedLanes(message, lanes)
+        warnings.warn(message, RuntimeWarning, stacklevel=2)
+    return result
 
 
 _MAPPED = {}
