@@ -13,6 +13,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from ._config import BATCH_COMPILER_OPTIONS
@@ -90,10 +91,13 @@ def sweep(
     device runs chunk_size / n_devices lanes. The result equals
     `jax.vmap(fn)(params)` (up to floating-point reassociation, none in practice).
 
-    Several hosts: call `jax.distributed.initialize()` first on every process and
+    Several processes or hosts: call `jax.distributed.initialize(...)` first on
+    every process (on CPUs with `jax_cpu_collectives_implementation="gloo"`) and
     pass the same full `params` everywhere; the default `devices` is then
-    `jax.devices()`, which spans all hosts, and each process receives the whole
-    result. No multiprocessing code is needed.
+    `jax.devices()`, which spans all processes, each runs its share of every
+    chunk's lanes, and each receives the whole result (gathered by
+    `jax.experimental.multihost_utils.process_allgather`). No multiprocessing
+    code is needed.
 
     Args:
         fn: a function of one parameter set (a pytree of arrays without the batch
@@ -149,6 +153,8 @@ def sweep(
     sharding = NamedSharding(mesh, PartitionSpec(None, "batch"))
     stacked = jax.tree_util.tree_map(lambda x: jax.device_put(pad(x), sharding), params)
     out = _mapped(fn, sharding)(stacked)
+    if any(d.process_index != jax.process_index() for d in devices):  # several processes: each gets the whole result
+        out = jax.tree_util.tree_map(jnp.asarray, multihost_utils.process_allgather(out, tiled=True))
     result = jax.tree_util.tree_map(lambda y: y.reshape(padded, *y.shape[2:])[:batch], out)
     lanes = unconverged_lanes(result)
     if lanes.size:
