@@ -388,3 +388,63 @@ def test_a_tree_loads_with_mujocos_state_and_names_what_it_refuses():
                     </worldbody><actuator><motor name="m" joint="b" gear="1 0 0 0 0 0"/></actuator></mujoco>"""
     with pytest.raises(NotImplementedError, match="actuator 'm'.*coordinates='maximal'"):
         _load(ball_motor)
+
+
+PAIR_XML = """<mujoco>
+  <option timestep="0.002"/>
+  <worldbody>
+    <geom name="floor" type="plane" size="5 5 0.1" friction="0.9"/>
+    <body name="box" pos="0 0 0.1">
+      <freejoint/>
+      <geom name="box" type="box" size="0.1 0.1 0.1" mass="1" contype="0" conaffinity="0" friction="0.9"/>
+    </body>
+    <body name="ball" pos="1 0 0.05">
+      <freejoint/>
+      <geom name="ball" type="sphere" size="0.05" mass="0.2" friction="0.9"/>
+    </body>
+  </worldbody>
+  <contact>{pairs}</contact>
+  <keyframe><key name="slide" qpos="0 0 0.1 1 0 0 0 1 0 0.05 1 0 0 0" qvel="1 0 0 0 0 0 0 0 0 0 0 0"/></keyframe>
+</mujoco>"""
+
+
+def test_an_explicit_pair_collides_geoms_the_filters_leave_apart_with_its_own_friction():
+    """The box has contype 0: only its <pair> with the floor makes it collide, with the pair's friction 0.3 in
+    place of the geoms' 0.9. Launched at 1 m/s it slides at the exact deceleration mu g = 2.943 m/s^2 on the
+    same four corner contacts as MuJoCo's; without the pair it falls through the floor in both engines."""
+    pair = '<pair geom1="box" geom2="floor" friction="0.3 0.3 0.005 0.0001 0.0001"/>'
+    scene = _load(PAIR_XML.format(pairs=pair), keyframe="slide")
+    names = scene.bodies.geometry.pair_names
+    box = [i for i, p in enumerate(names) if "box" in p]
+    assert len(box) == 4 and set(names[box[0]]) == {"floor (geom 0)", "box"}
+    np.testing.assert_array_equal(np.asarray(scene.system.mu)[box], 0.3)
+    assert not any("ball" in p and "box" in p for p in names)  # the box's filters still keep the ball apart
+    traj = scene.simulate(100)
+    assert bool(traj.stats.converged.all())
+    v = np.asarray(traj.v[:, 0])
+    np.testing.assert_allclose((v[10] - v[60]) / (50 * 0.002), 0.3 * 9.81, rtol=1e-9)
+    assert abs(float(traj.q[-1, 2]) - 0.1) < 1e-6
+
+    m = mujoco.MjModel.from_xml_string(PAIR_XML.format(pairs=pair))
+    d = mujoco.MjData(m)
+    mujoco.mj_resetDataKeyframe(m, d, 0)
+    for _ in range(10):
+        mujoco.mj_step(m, d)
+    box_geom = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_GEOM, "box")
+    on_box = [i for i in range(d.ncon) if box_geom in (d.contact.geom1[i], d.contact.geom2[i])]
+    assert len(on_box) == 4 and np.allclose(d.contact.friction[on_box, 0], 0.3)
+
+    loose = _load(PAIR_XML.format(pairs=""), keyframe="slide")
+    assert not any("box" in p for p in loose.bodies.geometry.pair_names)
+
+
+def test_an_explicit_pair_of_condim_1_is_frictionless_and_its_soft_settings_are_listed():
+    pair = '<pair geom1="box" geom2="floor" condim="1" margin="0.01"/>'
+    with pytest.warns(UserWarning, match="of <pair> elements \\['floor/box'\\]"):
+        scene = rbd.load_mjcf(PAIR_XML.format(pairs=pair), keyframe="slide")
+    box = [i for i, p in enumerate(scene.bodies.geometry.pair_names) if "box" in p]
+    np.testing.assert_array_equal(np.asarray(scene.system.mu)[box], 0.0)
+    traj = scene.simulate(50)
+    np.testing.assert_allclose(np.asarray(traj.v[:, 0]), 1.0, rtol=0, atol=1e-12)  # slides without friction
+    with pytest.raises(NotImplementedError, match="<pair> elements are not supported in maximal coordinates"):
+        rbd.load_mjcf(PAIR_XML.format(pairs=pair), coordinates="maximal")

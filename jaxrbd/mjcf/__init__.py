@@ -76,9 +76,10 @@ def load_mjcf(
       servos): force = gain clip(ctrl) + bias . (1, gear q, gear v), clipped to
       forcerange, acting with gear on the joint; the controls in `scene.motors` order;
     - contacts: geoms filtered as MuJoCo does (contype/conaffinity, `<exclude>`,
-      same body or welded, parent and child); friction per body pair by MuJoCo's
-      rule; plane, sphere, capsule, box and mesh (as its convex hull) geoms.
-    Refused by name: equality constraints, explicit `<pair>` contacts, limited ball
+      same body or welded, parent and child) and explicit `<pair>` elements (their
+      own friction and condim); friction per body pair by MuJoCo's rule; plane,
+      sphere, capsule, box and mesh (as its convex hull) geoms.
+    Refused by name: equality constraints, limited ball
     joints, other actuators, flexes, cylinder, ellipsoid and height-field geoms
     that collide. Listed in one warning: tendons, sensors, stiffness of ball and
     free joints, solref/solimp, margins, condim > 3 and fluid forces.

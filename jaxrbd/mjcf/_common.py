@@ -121,11 +121,22 @@ def _inner_vertices(vertices):
     return int(np.sum(np.max(vertices @ eq[:, :3].T + eq[:, 3], axis=1) < -1e-9 * size))
 
 
-def set_pairs(builder, m, pairs, collide, geom_name, refuse):
+def set_pairs(builder, m, pairs, collide, geom_name, refuse, explicit=None):
     """Each body pair's contacts on the builder, from its geom pairs {frozenset of two names: [(g1, g2), ...]}:
-    excluded where MuJoCo collides none of them, with MuJoCo's friction where it collides all (`_mu`), refused
-    where it collides some or their friction differs (jaxrbd filters and sets mu per body pair). Returns the
+    excluded where MuJoCo collides none of them, with MuJoCo's friction where it collides all (`_mu`, or an
+    explicit `<pair>`'s friction), refused where it collides some or their friction differs (jaxrbd filters
+    and sets mu per body pair). `explicit` maps frozenset((g1, g2)) to the index of its `<pair>`. Returns the
     pairs of condim 1 (frictionless in MuJoCo)."""
+    explicit = explicit or {}
+
+    def mu_of(g1, g2):
+        p = explicit.get(frozenset((g1, g2)))
+        return _mu(m, g1, g2) if p is None else (0.0 if m.pair_dim[p] == 1 else float(m.pair_friction[p, 0]))
+
+    def condim(g1, g2):
+        p = explicit.get(frozenset((g1, g2)))
+        return max(m.geom_condim[g1], m.geom_condim[g2]) if p is None else int(m.pair_dim[p])
+
     frictionless = set()
     for key, geom_pairs in pairs.items():
         hits = [collide(g1, g2) for g1, g2 in geom_pairs]
@@ -138,13 +149,13 @@ def set_pairs(builder, m, pairs, collide, geom_name, refuse):
                 f"{sorted(key)}: MuJoCo collides some of their geom pairs and not others {named}; jaxrbd "
                 "filters contacts per body pair"
             )
-        mus = {_mu(m, g1, g2) for g1, g2 in geom_pairs}
+        mus = {mu_of(g1, g2) for g1, g2 in geom_pairs}
         if len(mus) > 1:
             refuse(
                 f"{sorted(key)}: their geom pairs have different friction {sorted(mus)}; jaxrbd's mu is per body pair"
             )
         builder.set_pair(*sorted(key), mu=mus.pop())
-        if all(max(m.geom_condim[g1], m.geom_condim[g2]) == 1 for g1, g2 in geom_pairs):
+        if all(condim(g1, g2) == 1 for g1, g2 in geom_pairs):
             frictionless.add(key)
     return frictionless
 
@@ -154,12 +165,16 @@ def refuse(what):
     raise NotImplementedError(f"load_mjcf: {what}")
 
 
-def refuse_unsupported(m, mujoco):
-    """Refuse, by name, what neither body model has: equality constraints, explicit pairs, flexes."""
+def refuse_unsupported(m, mujoco, pairs=False):
+    """Refuse, by name, what the body model does not have: equality constraints, flexes, and explicit pairs
+    unless `pairs`."""
     if m.neq:
         names = [_name(m, mujoco, mujoco.mjtObj.mjOBJ_EQUALITY, e, "equality") for e in range(m.neq)]
         refuse(f"equality constraints (closed loops, connect, weld) are not supported: {names}")
-    if m.npair:
-        refuse(f"explicit <contact><pair> elements are not supported: {m.npair} pair(s)")
+    if m.npair and not pairs:
+        refuse(
+            f"explicit <contact><pair> elements are not supported in maximal coordinates: {m.npair} pair(s) "
+            "(load the file in joint coordinates)"
+        )
     if m.nflex:
         refuse("flex (deformable) elements are not supported")

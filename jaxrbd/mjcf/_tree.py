@@ -54,7 +54,7 @@ def load_tree(m, mujoco, *, keyframe, directions, friction, broadphase):
     body_name = lambda i: _name(m, mujoco, obj.mjOBJ_BODY, i, "body")
     geom_name = lambda g: _name(m, mujoco, obj.mjOBJ_GEOM, g, "geom")
     joint_name = lambda j: _name(m, mujoco, obj.mjOBJ_JOINT, j, "joint")
-    refuse_unsupported(m, mujoco)
+    refuse_unsupported(m, mujoco, pairs=True)
     qpos, qvel = _initial(m, mujoco, keyframe)
     data = mujoco.MjData(m)
     data.qpos[:] = qpos
@@ -220,7 +220,10 @@ def _geometry(m, mujoco, data, body_name, geom_name, refuse, ignored, directions
     """
     excluded = {frozenset(((s >> 16), s & 0xFFFF)) for s in m.exclude_signature}
     filterparent = not (m.opt.disableflags & mujoco.mjtDisableBit.mjDSBL_FILTERPARENT)
-    collide = lambda g1, g2: _collides(m, excluded, filterparent, g1, g2)
+    # An explicit <pair> collides its two geoms whatever the filters say, with its own friction and condim,
+    # in place of the filtered pair of the same geoms (as MuJoCo's mj_collision).
+    explicit = {frozenset((int(m.pair_geom1[p]), int(m.pair_geom2[p]))): p for p in range(m.npair)}
+    collide = lambda g1, g2: frozenset((g1, g2)) in explicit or _collides(m, excluded, filterparent, g1, g2)
     live = [g for g in range(m.ngeom) if any(collide(g, h) for h in range(m.ngeom) if h != g)]
     for g in live:
         kind = GEOM_KINDS.get(int(m.geom_type[g]), str(m.geom_type[g]))
@@ -235,6 +238,18 @@ def _geometry(m, mujoco, data, body_name, geom_name, refuse, ignored, directions
         ("solref/solimp of geoms", soft),
         ("margin/gap of geoms", [geom_name(g) for g in live if m.geom_margin[g] or m.geom_gap[g]]),
         ("condim > 3 (torsional, rolling friction) of geoms", [geom_name(g) for g in live if m.geom_condim[g] > 3]),
+        (
+            "solref/solimp, margin/gap and condim > 3 of <pair> elements",
+            [
+                f"{geom_name(int(m.pair_geom1[p]))}/{geom_name(int(m.pair_geom2[p]))}"
+                for p in explicit.values()
+                if m.pair_dim[p] > 3
+                or m.pair_margin[p]
+                or m.pair_gap[p]
+                or not np.allclose(m.pair_solref[p], DEFAULT_SOLREF)
+                or not np.allclose(m.pair_solimp[p], DEFAULT_SOLIMP)
+            ],
+        ),
         (
             "the hollows of non-convex mesh geoms (collided as their convex hull, as MuJoCo does)",
             [geom_name(g) for g in live if m.geom_type[g] == 7 and _inner_vertices(_mesh_vertices(m, g))],
@@ -274,7 +289,7 @@ def _geometry(m, mujoco, data, body_name, geom_name, refuse, ignored, directions
         for g2 in owner:
             if g1 < g2 and owner[g1] != owner[g2] and not (static(g1) and static(g2)):
                 pairs.setdefault(frozenset((owner[g1], owner[g2])), []).append((g1, g2))
-    frictionless = set_pairs(b, m, pairs, collide, geom_name, refuse)
+    frictionless = set_pairs(b, m, pairs, collide, geom_name, refuse, explicit)
     model, params, mu, restitution, cone = b.build_model()
     frictionless = tuple(i for i, pair in enumerate(model.pair_names) if frozenset(pair) in frictionless)
     return model, tuple(i - 1 for i in moving), params.shapes, mu, restitution, cone, frictionless
