@@ -226,6 +226,8 @@ def test_bad_replay_arguments_get_an_error_naming_them(named):
         named.replay(np.zeros((1, 5, 5)), controls, columns=("j1", "j2"), bodies=("hand",))
     with pytest.raises(ValueError, match=r"observed must have shape \(logs, T, 5\) for 2 columns and 1 bodies"):
         named.replay(observed, controls, columns=("j1", "j2"), bodies=("link2",))
+    with pytest.raises(ValueError, match="first three rows, which hold missing"):
+        named.replay(np.full((1, 5, 2), np.nan), controls, start="fit")
     with pytest.raises(ValueError, match="need qpos columns"):
         named.replay(np.zeros((1, 5, 3)), controls, bodies=("link2",), start="rows")
 

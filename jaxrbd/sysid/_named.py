@@ -259,6 +259,8 @@ class ModelParameters:
             raise ValueError(f"start='rows' needs at least 3 rows per log (or segment), got {observed.shape[1]}")
         n = len(columns)
         y = observed[:, :3, :n]
+        if not bool(jnp.all(jnp.isfinite(y))):
+            raise ValueError("start='rows' and start='fit' read the first three rows, which hold missing (NaN) entries")
         velocity = (-3.0 * y[:, 0] + 4.0 * y[:, 1] - y[:, 2]) / (2.0 * self.scene.dt)
         dofs = jnp.asarray([dof_of[c] for c in columns])
         return qpos0.at[:, jnp.asarray(columns)].set(y[:, 0]), qvel0.at[:, dofs].set(velocity)
