@@ -36,6 +36,7 @@ def test_a_sweep_warns_naming_the_lanes_whose_steps_did_not_converge():
     np.testing.assert_array_equal(raised.value.lanes, LANDS)
 
 
+@pytest.mark.slow
 def test_a_converged_sweep_is_silent_and_a_result_without_stats_has_no_lane_to_report():
     def rods(impact_time):
         traj = rbd.simulate(*rbd.scenes.falling_rod(impact_time=impact_time), dt=0.01, steps=40)

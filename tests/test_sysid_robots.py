@@ -188,6 +188,7 @@ def test_the_intervals_cover_the_truth_at_their_level_over_50_synthetic_logs(nam
     assert 0.90 <= coverage <= 0.99, coverage
 
 
+@pytest.mark.slow
 def test_body_positions_by_name_are_mujocos_xpos():
     """Observed columns may be a body's world position: the replay of a MuJoCo log from its true start, at the
     true parameters, puts the forearm's frame where MuJoCo's `mj_kinematics` does, at every row (an arm without

@@ -438,6 +438,7 @@ def test_an_explicit_pair_collides_geoms_the_filters_leave_apart_with_its_own_fr
     assert not any("box" in p for p in loose.bodies.geometry.pair_names)
 
 
+@pytest.mark.slow
 def test_an_explicit_pair_of_condim_1_is_frictionless_and_its_soft_settings_are_listed():
     pair = '<pair geom1="box" geom2="floor" condim="1" margin="0.01"/>'
     with pytest.warns(UserWarning, match="of <pair> elements \\['floor/box'\\]"):
