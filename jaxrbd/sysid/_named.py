@@ -245,8 +245,7 @@ class ModelParameters:
 
     def _rows_start(self, observed, columns, qpos0, qvel0):
         """qpos0 and qvel0 with the observed hinge and slide coordinates from the first three rows."""
-        tree = self.scene.bodies
-        dof_of = {j[3]: j[4] for j in tree.joints if j[1] in (HINGE, SLIDE)}
+        dof_of = _scalar_dofs(self.scene.bodies)
         bad = [c for c in columns if c not in dof_of]
         if bad or not columns:
             raise ValueError(
@@ -267,6 +266,11 @@ class ModelParameters:
 
 
 STARTS = ("given", "rows", "fit")
+
+
+def _scalar_dofs(tree):
+    """{qpos address: dof address} of the hinge and slide joints (a coordinate and its velocity)."""
+    return {j[3]: j[4] for j in tree.joints if j[1] in (HINGE, SLIDE)}
 
 
 def _segments(observed, controls, mask, K):
@@ -297,7 +301,7 @@ def _predict(named, columns, bodies, fitted_start, p, inputs):
     physical = {k: v for k, v in p.items() if k in named.values}
     q0, v0 = inputs["qpos0"], inputs["qvel0"]
     if fitted_start:
-        dof_of = {j[3]: j[4] for j in tree.joints}
+        dof_of = _scalar_dofs(tree)
         q0 = q0.at[jnp.asarray(columns)].add(p["start.qpos"])
         v0 = v0.at[jnp.asarray([dof_of[c] for c in columns])].add(p["start.qvel"])
     system = named.apply(scene.system, physical)
