@@ -88,9 +88,32 @@ def check_inertia(name, inertia):
         )
 
 
+def host_numpy(*values):
+    """numpy where no leaf of the values is traced, else jax.numpy.
+
+    Models are built with it on the host: numpy arithmetic on concrete numbers
+    compiles nothing, where each eager jax.numpy operation compiles a small XLA
+    program the first time it meets a shape.
+    """
+    return jnp if is_traced(*values) else np
+
+
+def as_array(x, dtype=None):
+    """`jnp.asarray(x, dtype)` that compiles nothing for numbers, tuples and numpy arrays: they are converted on
+    the host and transferred (eager jax.numpy compiles even a Python float's conversion)."""
+    if is_traced(x) or isinstance(x, jax.Array):
+        return jnp.asarray(x, dtype=dtype)
+    return jax.device_put(np.asarray(x, dtype=dtype))
+
+
 def as_float(x):
-    """x as an array of the default float dtype (float64 with x64 enabled)."""
-    return jnp.asarray(x, dtype=jnp.result_type(float))
+    """x as an array of the default float dtype (float64 with x64 enabled), compiling nothing for concrete x."""
+    return as_array(x, jnp.result_type(float))
+
+
+def host_float(x):
+    """x as a numpy array of the default float dtype, or as `as_float` where it is traced."""
+    return as_float(x) if is_traced(x) else np.asarray(x, dtype=jnp.result_type(float))
 
 
 def renamed(where, old, old_value, new, new_value, *, stacklevel=3):

@@ -21,7 +21,16 @@ import numpy as np
 
 from .. import _rotation as rot
 from .. import cones, geometry
-from .._validate import as_float, check_inertia, check_shape, check_value, is_traced, renamed
+from .._validate import (
+    as_float,
+    check_inertia,
+    check_shape,
+    check_value,
+    host_float,
+    host_numpy,
+    is_traced,
+    renamed,
+)
 from ..dynamics import project_to_joints
 from ..geometry import BroadPhase, PairGroup
 from ..model import Scene, State
@@ -53,11 +62,12 @@ def _inertia_matrix(inertia, mass, shapes):
         d = as_float(s.position) + Rs @ s.centroid()
         parallel = mass * (jnp.dot(d, d) * jnp.eye(3) - jnp.outer(d, d))
         return Rs @ s.inertia(mass) @ Rs.T + parallel
-    inertia = as_float(inertia)
+    inertia = host_float(inertia)
+    xp = host_numpy(inertia)
     if inertia.ndim == 0:
-        return inertia * jnp.eye(3)
+        return inertia * xp.eye(3)
     if inertia.shape == (3,):
-        return jnp.diag(inertia)
+        return xp.diag(inertia)
     if inertia.shape == (3, 3):
         return inertia
     raise ValueError(f"inertia must be a scalar, (3,) principal moments or a (3, 3) matrix, got shape {inertia.shape}")
@@ -77,7 +87,7 @@ def _bounds(name, value):
 
 
 def _vector(name, value, size):
-    x = as_float(value)
+    x = host_float(value)
     check_value(name, x, shape=(size,))
     return x
 
@@ -236,27 +246,30 @@ class SceneBuilder:
             if isinstance(s, geometry.Plane):
                 raise ValueError(f"body {name!r}: a plane is static geometry, add it with add_static")
         check_value(f"mass of body {name!r}", mass, shape=(), positive=True)
-        mass = as_float(mass)
+        mass = host_float(mass)
         I = _inertia_matrix(inertia, mass, shapes)
         check_inertia(f"inertia of body {name!r}", I)
         d = self.dim
         x = _vector(f"position of body {name!r}", position, d)
-        v = _vector(f"velocity of body {name!r}", jnp.zeros(d) if velocity is None else velocity, d)
+        v = _vector(f"velocity of body {name!r}", np.zeros(d) if velocity is None else velocity, d)
         if d == 3:
             check_value(f"orientation of body {name!r}", orientation, shape=(4,), nonzero=True)
-            quat = rot.normalize(as_float(orientation))
+            quat = host_float(orientation)
+            quat = quat / host_numpy(quat).linalg.norm(quat)
             w = _vector(
-                f"angular_velocity of body {name!r}", jnp.zeros(3) if angular_velocity is None else angular_velocity, 3
+                f"angular_velocity of body {name!r}", np.zeros(3) if angular_velocity is None else angular_velocity, 3
             )
-            q, v = jnp.concatenate([x, quat]), jnp.concatenate([v, w])
+            xp = host_numpy(x, quat, v, w)
+            q, v = xp.concatenate([x, quat]), xp.concatenate([v, w])
         else:
-            theta = as_float(angle)
-            omega = as_float(0.0 if angular_velocity is None else angular_velocity)
+            theta = host_float(angle)
+            omega = host_float(0.0 if angular_velocity is None else angular_velocity)
             check_value(f"angle of body {name!r}", theta, shape=())
             check_value(f"angular_velocity of body {name!r}", omega, shape=())
-            q, v = jnp.concatenate([x, theta[None]]), jnp.concatenate([v, omega[None]])
-        force = _vector(f"force on body {name!r}", jnp.zeros(3) if force is None else force, 3)
-        torque = _vector(f"torque on body {name!r}", jnp.zeros(3) if torque is None else torque, 3)
+            xp = host_numpy(x, theta, v, omega)
+            q, v = xp.concatenate([x, theta[None]]), xp.concatenate([v, omega[None]])
+        force = _vector(f"force on body {name!r}", np.zeros(3) if force is None else force, 3)
+        torque = _vector(f"torque on body {name!r}", np.zeros(3) if torque is None else torque, 3)
         self._bodies.append(_Body(name, shapes, mass, I, q, v, force, torque))
         return name
 
@@ -823,7 +836,7 @@ class SceneBuilder:
                     contact_info.append((key, na, nb_, sha, shb, capacity(self.dim)))
         pair_groups = tuple(_group(kinds, entries, self.broadphase) for kinds, entries in groups.items())
         # Contacts are ordered by group; within a group, in pair order.
-        q0 = jnp.concatenate([b.q for b in self._bodies])
+        q0 = _concatenate([b.q for b in self._bodies])
         joint_layout, joint_params, limits = self._joint_params(q0)
         motor_layout, motor_params = self._motor_params(joint_layout)
         mu, restitution, pair_names, pair_cones = [], [], [], []
@@ -838,8 +851,8 @@ class SceneBuilder:
                     if pair_e is not None
                     else 0.5 * (_or(sha.restitution, self.restitution) + _or(shb.restitution, self.restitution))
                 )
-                mu += [as_float(mu_ab)] * capacity
-                restitution += [as_float(e_ab)] * capacity
+                mu += [host_float(mu_ab)] * capacity
+                restitution += [host_float(e_ab)] * capacity
                 pair_names += [(na, nb_)] * capacity
                 pair_cones += [pair_cone] * capacity
         model = BodyModel(
@@ -861,24 +874,35 @@ class SceneBuilder:
         if model.dynamic and any(c is not None for c in pair_cones):
             raise ValueError("set_pair(cone=...) is not supported with a broad phase (broadphase=)")
         shapes = {
-            kind: jax.tree_util.tree_map(
-                lambda *xs: jnp.stack([as_float(x) for x in xs]), *geometry.pad_meshes([s.arrays() for _, s in entries])
-            )
+            kind: jax.tree_util.tree_map(lambda *xs: _stack(xs), *geometry.pad_meshes([s.arrays() for _, s in entries]))
             for kind, entries in stacks.items()
         }
         params = BodyParams(
-            mass=jnp.stack([b.mass for b in self._bodies]),
-            inertia=jnp.stack([as_float(b.inertia) for b in self._bodies]),
+            mass=_stack([b.mass for b in self._bodies]),
+            inertia=_stack([b.inertia for b in self._bodies]),
             gravity=self.gravity,
-            force=jnp.stack([b.force for b in self._bodies]),
-            torque=jnp.stack([b.torque for b in self._bodies]),
+            force=_stack([b.force for b in self._bodies]),
+            torque=_stack([b.torque for b in self._bodies]),
             shapes=shapes,
             joints=joint_params,
             motors=motor_params,
-            control=None if motor_params is None else jnp.zeros(len(motor_layout), motor_params.gear.dtype),
+            control=None if motor_params is None else np.zeros(len(motor_layout), motor_params.gear.dtype),
             **self._body_damping_params(),
         )
-        return model, params, as_float(mu), as_float(restitution), self._cone(pair_cones)
+        # Built with numpy where nothing is traced; the leaves are transferred once, which compiles nothing.
+        params, mu, restitution = jax.device_put((params, _stack(mu, empty=(0,)), _stack(restitution, empty=(0,))))
+        return model, params, mu, restitution, self._cone(pair_cones)
+
+
+def _stack(xs, empty=None):
+    """Stack the leaves xs as floats, on the host with numpy where none is traced; `empty`: the shape of no leaves."""
+    if not xs and empty is not None:
+        return np.zeros(empty, jnp.result_type(float))
+    return host_numpy(*xs).stack([host_float(x) for x in xs])
+
+
+def _concatenate(xs):
+    return host_numpy(*xs).concatenate(xs)
 
 
 def _group(kinds, entries, broadphase):

@@ -185,7 +185,7 @@ class Tree:
             for name, jtype, _, a, _ in self.joints:
                 if jtype in (FREE, BALL):
                     s = a + 3 if jtype == FREE else a
-                    check_value(f"the quaternion of joint {name!r} in state.q", q[s : s + 4], nonzero=True)
+                    check_value(f"the quaternion of joint {name!r} in state.q", np.asarray(q)[s : s + 4], nonzero=True)
 
     def parameters_valid(self, params):
         """() bool, traceable: masses non-negative and every leaf of the inertias finite."""

@@ -50,6 +50,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._validate import host_numpy
 from ._boxes import _NONE, _TINY, _cross_axes, _edge_wins, _norm, _segment_params, _sign, _spread, _with_exact
 
 _BIAS = 1e-9  # as in _boxes: the preference of a face of A, then of B, then of an edge, times the size
@@ -154,7 +155,7 @@ def pad_meshes(arrays):
     """Pad the mesh arrays of several shapes to common counts (repeating an entry) so that they stack."""
     if not arrays or "faces" not in arrays[0]:
         return arrays
-    out = []
+    xp, out = host_numpy(arrays), []
     F = max(a["faces"].shape[0] for a in arrays)
     K = max(a["faces"].shape[1] for a in arrays)
     sizes = {key: max(a[key].shape[0] for a in arrays) for key in _MESH_KEYS}
@@ -162,13 +163,13 @@ def pad_meshes(arrays):
         a = dict(a)
         faces = a["faces"]
         if faces.shape[1] < K:
-            last = jnp.repeat(faces[:, -1:], K - faces.shape[1], axis=1)
-            a["faces"] = jnp.concatenate([faces, last], axis=1)
+            last = xp.repeat(faces[:, -1:], K - faces.shape[1], axis=1)
+            a["faces"] = xp.concatenate([faces, last], axis=1)
         for key in _MESH_KEYS:
             x = a[key]
             extra = (F if key in ("normals", "offsets", "faces") else sizes[key]) - x.shape[0]
             if extra:
-                a[key] = jnp.concatenate([x, jnp.repeat(x[:1], extra, axis=0)])
+                a[key] = xp.concatenate([x, xp.repeat(x[:1], extra, axis=0)])
         out.append(a)
     return out
 

@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._validate import check_value, is_traced
+from .._validate import as_array, check_value, host_numpy, is_traced
 from ._convex import hull
 
 KINDS = ("plane", "sphere", "capsule", "box", "mesh")
@@ -25,8 +25,8 @@ class Shape(eqx.Module):
         restitution: restitution coefficient in [0, 1], or None for the default.
     """
 
-    position: jax.Array = eqx.field(default=(0.0, 0.0, 0.0), converter=jnp.asarray, kw_only=True)
-    orientation: jax.Array = eqx.field(default=(1.0, 0.0, 0.0, 0.0), converter=jnp.asarray, kw_only=True)
+    position: jax.Array = eqx.field(default=(0.0, 0.0, 0.0), converter=as_array, kw_only=True)
+    orientation: jax.Array = eqx.field(default=(1.0, 0.0, 0.0, 0.0), converter=as_array, kw_only=True)
     mu: jax.Array | None = eqx.field(default=None, kw_only=True)
     restitution: jax.Array | None = eqx.field(default=None, kw_only=True)
 
@@ -69,8 +69,8 @@ class Shape(eqx.Module):
 class Plane(Shape):
     """The half-space n . x <= offset (static geometry only); its surface is n . x = offset."""
 
-    normal: jax.Array = eqx.field(default=(0.0, 0.0, 1.0), converter=jnp.asarray)
-    offset: jax.Array = eqx.field(default=0.0, converter=jnp.asarray)
+    normal: jax.Array = eqx.field(default=(0.0, 0.0, 1.0), converter=as_array)
+    offset: jax.Array = eqx.field(default=0.0, converter=as_array)
     kind = "plane"
 
     def check(self, where=""):
@@ -79,14 +79,16 @@ class Plane(Shape):
         check_value(f"plane offset{where}", self.offset, shape=())
 
     def arrays(self):
-        n = self.normal / jnp.linalg.norm(self.normal)
+        xp = host_numpy(self.normal)
+        n = xp.asarray(self.normal)
+        n = n / xp.linalg.norm(n)
         return {"normal": n, "offset": self.offset}
 
 
 class Sphere(Shape):
     """A ball of the given radius (a disk in planar scenes)."""
 
-    radius: jax.Array = eqx.field(converter=jnp.asarray)
+    radius: jax.Array = eqx.field(converter=as_array)
     kind = "sphere"
 
     def arrays(self):
@@ -102,8 +104,8 @@ class Sphere(Shape):
 class Capsule(Shape):
     """The points within `radius` of the segment from -half_length to +half_length on the shape's z axis."""
 
-    radius: jax.Array = eqx.field(converter=jnp.asarray)
-    half_length: jax.Array = eqx.field(converter=jnp.asarray)
+    radius: jax.Array = eqx.field(converter=as_array)
+    half_length: jax.Array = eqx.field(converter=as_array)
     kind = "capsule"
 
     def arrays(self):
@@ -131,12 +133,12 @@ class Capsule(Shape):
 class Box(Shape):
     """A box with the given (3,) half extents along the shape's axes (a scalar: a cube)."""
 
-    half_extents: jax.Array = eqx.field(converter=jnp.asarray)
+    half_extents: jax.Array = eqx.field(converter=as_array)
     kind = "box"
 
     def arrays(self):
         return {
-            "half_extents": jnp.broadcast_to(self.half_extents, (3,)),
+            "half_extents": host_numpy(self.half_extents).broadcast_to(self.half_extents, (3,)),
             "position": self.position,
             "orientation": self.orientation,
         }

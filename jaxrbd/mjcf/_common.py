@@ -91,7 +91,7 @@ def _shape(m, g, pos, quat, static=False, normal=None):
     pose = dict(position=tuple(map(float, pos)), orientation=tuple(map(float, quat)))
     if kind == "plane":
         n = np.asarray(normal, float)
-        return Plane(normal=tuple(n), offset=float(n @ pos))
+        return Plane(normal=n, offset=n @ pos)
     if kind == "sphere":
         return Sphere(float(size[0]), **pose)
     if kind == "capsule":
