@@ -402,7 +402,7 @@ def test_loading_the_gymnasium_models_compiles_nothing():
         text=True,
         check=True,
     ).stdout.splitlines()
-    assert out[-1] == "control 1", out
+    assert out[-1].startswith("control ") and int(out[-1].split()[1]) >= 1, out  # the counter works
     for line in out[:-1]:
         path, count, first = line.split(" ", 2)
         assert int(count) == 0, f"{path}: {count} compilations while loading, the first {first}"

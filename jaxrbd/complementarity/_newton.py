@@ -29,6 +29,7 @@ QUIET = 1e-6  # residuals below QUIET * tol (not below 4 eps) are not polished
 # restart at step 127); with the patience, at most 17, and the batch of 512 ran 1.3x faster.
 DELASSUS_RATE = 0.5
 DELASSUS_PATIENCE = 3
+_EPS_GROWTH = 0.0
 
 
 def proximal_eps(dtype):
@@ -136,7 +137,7 @@ def _delassus_blocks(problem, da, db, s, eps):
     )
 
 
-def delassus_direction(problem, da, db, s, phi):
+def delassus_direction(problem, da, db, s, phi, eps=None):
     """The proximal Newton step d = -(J + eps Db)^{-1} phi on a friction LCP, by its Delassus structure.
 
     J = Da + Db S A is the Newton matrix of phi(z) = FB(z, S w) and A = C + U M^{-1} U^T
@@ -157,7 +158,7 @@ def delassus_direction(problem, da, db, s, phi):
     Returns:
         (n,) the step d.
     """
-    K = _delassus_blocks(problem, da, db, s, proximal_eps(phi.dtype))
+    K = _delassus_blocks(problem, da, db, s, proximal_eps(phi.dtype) if eps is None else eps)
     Ut = K.f.Ut
     Y = K.solve(jnp.concatenate([phi[:, None], (Ut * K.beta).T], axis=1))
     y, YU = Y[:, 0], Y[:, 1:]
@@ -254,9 +255,12 @@ def newton_solve(problem, z0, s, *, tol, iterations, line_search_steps, regulari
         da = jnp.where(free, 0.0, da)
         db = jnp.where(free, 1.0, db)
         if structured:
-            d = delassus_direction(problem, da, db, s, phi)
+            eps = proximal_eps(phi.dtype)
+            if _EPS_GROWTH:
+                eps = jnp.maximum(eps, _EPS_GROWTH * jnp.minimum(jnp.sqrt(2.0 * psi), 1.0))
+            d = delassus_direction(problem, da, db, s, phi, eps)
             # (J + eps Db) d = -phi, so the slope phi . J d is -|phi|^2 - eps phi . Db d.
-            return d, -jnp.dot(phi, phi) - proximal_eps(phi.dtype) * jnp.dot(phi, db * d)
+            return d, -jnp.dot(phi, phi) - eps * jnp.dot(phi, db * d)
         J = da[:, None] * eye + (db * s)[:, None] * (problem.jac(z) if A is None else A)
         g = J.T @ phi
         m = regularization * jnp.minimum(2.0 * psi, 1.0)
