@@ -29,7 +29,15 @@ QUIET = 1e-6  # residuals below QUIET * tol (not below 4 eps) are not polished
 # restart at step 127); with the patience, at most 17, and the batch of 512 ran 1.3x faster.
 DELASSUS_RATE = 0.5
 DELASSUS_PATIENCE = 3
-_EPS_GROWTH = 0.0
+# The proximal term of a Delassus step grows with the residual: eps = max(sqrt(machine eps),
+# DELASSUS_GROWTH min(|phi|, 1)), as Levenberg-Marquardt's m grows with |phi|^2 on the normal
+# equations. Far from a solution the larger term keeps the step short along the near-null
+# directions of many contacts on few velocities (a robot's feet and range stops), where the
+# sqrt(eps) step stalled and handed over to dense Levenberg-Marquardt steps; near one it
+# vanishes, so the convergence stays fast. Gymnasium's ant, 100 steps from its start pose:
+# 10.5 iterations a step (51 at most) with eps = sqrt(eps) alone, 7.5 (15) with it, and 2.6x
+# the steps/s; the hopper's one Lemke fallback is gone (0.01: 7.7 (15); 0.1: 7.9 (22)).
+DELASSUS_GROWTH = 0.03
 
 
 def proximal_eps(dtype):
@@ -141,8 +149,8 @@ def delassus_direction(problem, da, db, s, phi, eps=None):
     """The proximal Newton step d = -(J + eps Db)^{-1} phi on a friction LCP, by its Delassus structure.
 
     J = Da + Db S A is the Newton matrix of phi(z) = FB(z, S w) and A = C + U M^{-1} U^T
-    (`Delassus`). Adding eps Db (eps = sqrt of the machine epsilon, relative: the rows
-    of S A have largest entry 1) makes K = Da + eps Db + Db S C invertible: its only
+    (`Delassus`). Adding eps Db (by default eps = sqrt of the machine epsilon, relative: the rows
+    of S A have largest entry 1; `newton_solve` grows it with the residual) makes K = Da + eps Db + Db S C invertible: its only
     off-diagonal entries couple each contact's friction rows with its cone row, so it
     is solved in closed form, contact by contact. Woodbury's identity then leaves one
     (nv, nv) system, M + U^T K^{-1} Db S U, instead of the (n, n) Newton matrix. On a
@@ -154,6 +162,7 @@ def delassus_direction(problem, da, db, s, phi, eps=None):
         da, db: (n,) the partial derivatives of the rows (equality rows: 0 and 1).
         s: (n,) the row scaling.
         phi: (n,) the residual.
+        eps: the proximal weight (>= sqrt of the machine epsilon), or None for that floor.
 
     Returns:
         (n,) the step d.
@@ -199,7 +208,8 @@ def newton_solve(problem, z0, s, *, tol, iterations, line_search_steps, regulari
 
     phi(z) = [s w]_free ; FB(z, s w)_rest with w = F(z). On an LCP that carries its
     Delassus structure (`LCP.delassus`, every friction LCP of a time step), the steps are first the proximal Newton steps of `delassus_direction`,
-    an (nv, nv) solve each; where one stalls, or (after the first `DELASSUS_PATIENCE`)
+    an (nv, nv) solve each, with a proximal weight that grows with the residual
+    (`DELASSUS_GROWTH`); where one stalls, or (after the first `DELASSUS_PATIENCE`)
     leaves more than `DELASSUS_RATE` of a residual above tol, the solve goes on with
     Levenberg-Marquardt steps from there.
     A Levenberg-Marquardt step solves
@@ -255,9 +265,7 @@ def newton_solve(problem, z0, s, *, tol, iterations, line_search_steps, regulari
         da = jnp.where(free, 0.0, da)
         db = jnp.where(free, 1.0, db)
         if structured:
-            eps = proximal_eps(phi.dtype)
-            if _EPS_GROWTH:
-                eps = jnp.maximum(eps, _EPS_GROWTH * jnp.minimum(jnp.sqrt(2.0 * psi), 1.0))
+            eps = jnp.maximum(proximal_eps(phi.dtype), DELASSUS_GROWTH * jnp.minimum(jnp.sqrt(2.0 * psi), 1.0))
             d = delassus_direction(problem, da, db, s, phi, eps)
             # (J + eps Db) d = -phi, so the slope phi . J d is -|phi|^2 - eps phi . Db d.
             return d, -jnp.dot(phi, phi) - eps * jnp.dot(phi, db * d)
