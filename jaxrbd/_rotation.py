@@ -6,24 +6,28 @@ With the angular velocity w in the world frame, dq/dt = (0, w) * q / 2 (000 §5)
 
 import jax.numpy as jnp
 
+from ._validate import host_numpy
+
 
 def multiply(a, b):
     """The Hamilton product a * b of (..., 4) quaternions."""
+    xp = host_numpy(a, b)
     aw, av = a[..., :1], a[..., 1:]
     bw, bv = b[..., :1], b[..., 1:]
-    w = aw * bw - jnp.sum(av * bv, -1, keepdims=True)
-    v = aw * bv + bw * av + jnp.cross(av, bv)
-    return jnp.concatenate([w, v], -1)
+    w = aw * bw - xp.sum(av * bv, -1, keepdims=True)
+    v = aw * bv + bw * av + xp.cross(av, bv)
+    return xp.concatenate([w, v], -1)
 
 
 def to_matrix(q):
-    """(..., 3, 3) the rotation matrix of a unit quaternion (..., 4)."""
+    """(..., 3, 3) the rotation matrix of a unit quaternion (..., 4); numpy for concrete q (`host_numpy`)."""
+    xp = host_numpy(q)
     w, x, y, z = q[..., 0], q[..., 1], q[..., 2], q[..., 3]
-    return jnp.stack(
+    return xp.stack(
         [
-            jnp.stack([1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)], -1),
-            jnp.stack([2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)], -1),
-            jnp.stack([2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)], -1),
+            xp.stack([1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)], -1),
+            xp.stack([2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)], -1),
+            xp.stack([2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)], -1),
         ],
         -2,
     )
@@ -48,8 +52,8 @@ def rate_matrix(q):
 
 
 def normalize(q):
-    """q / |q|; |q| is bounded away from 0 for every quaternion a step produces."""
-    return q / jnp.linalg.norm(q, axis=-1, keepdims=True)
+    """q / |q|; |q| is bounded away from 0 for every quaternion a step produces (numpy for concrete q)."""
+    return q / host_numpy(q).linalg.norm(q, axis=-1, keepdims=True)
 
 
 def conjugate(q):
@@ -81,9 +85,10 @@ def skew(a):
 
 def from_axis_angle(axis, angle):
     """The unit quaternion of a rotation by `angle` about the unit vector `axis`."""
-    axis = jnp.asarray(axis)
-    half = 0.5 * jnp.asarray(angle)
-    return jnp.concatenate([jnp.cos(half)[..., None], jnp.sin(half)[..., None] * axis], -1)
+    xp = host_numpy(axis, angle)
+    axis = xp.asarray(axis)
+    half = 0.5 * xp.asarray(angle)
+    return xp.concatenate([xp.cos(half)[..., None], xp.sin(half)[..., None] * axis], -1)
 
 
 def rotation_angle(a, b):
@@ -93,7 +98,8 @@ def rotation_angle(a, b):
 
 
 def rotation_z(theta):
-    """(..., 3, 3) the rotation by theta about the z axis (planar bodies)."""
-    c, s = jnp.cos(theta), jnp.sin(theta)
-    zero, one = jnp.zeros_like(c), jnp.ones_like(c)
-    return jnp.stack([jnp.stack([c, -s, zero], -1), jnp.stack([s, c, zero], -1), jnp.stack([zero, zero, one], -1)], -2)
+    """(..., 3, 3) the rotation by theta about the z axis (planar bodies; numpy for concrete theta)."""
+    xp = host_numpy(theta)
+    c, s = xp.cos(theta), xp.sin(theta)
+    zero, one = xp.zeros_like(c), xp.ones_like(c)
+    return xp.stack([xp.stack([c, -s, zero], -1), xp.stack([s, c, zero], -1), xp.stack([zero, zero, one], -1)], -2)

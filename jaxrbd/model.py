@@ -14,6 +14,7 @@ from typing import Any
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ._contacts import Contacts, from_gaps
 from ._validate import check_inertia, check_value, is_traced
@@ -335,8 +336,8 @@ def check_bodies(bodies, params, q):
     """The leaves of a scene of rigid bodies (`BodyParams`) and its quaternions, by body name."""
     check_value("system.params.mass", params.mass, shape=(bodies.nbodies,), positive=True)
     if not is_traced(params.inertia):
-        for name, inertia in zip(bodies.names, params.inertia):
+        for name, inertia in zip(bodies.names, np.asarray(params.inertia)):
             check_inertia(f"system.params.inertia of body {name!r}", inertia)
     if bodies.dim == 3 and not is_traced(q):
-        for name, quat in zip(bodies.names, bodies.orientations(q)):
+        for name, quat in zip(bodies.names, bodies.orientations(np.asarray(q))):
             check_value(f"the quaternion of body {name!r} in state.q", quat, nonzero=True)

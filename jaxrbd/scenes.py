@@ -15,7 +15,7 @@ import numpy as np
 from . import _rotation as rot
 from ._validate import as_float as _float
 from ._validate import check_value as _check
-from ._validate import renamed
+from ._validate import host_float, host_numpy, renamed
 from .bodies import SceneBuilder
 from .cones import EllipticCone, SoftFingerCone, is_cone, soft_finger_directions
 from .geometry import Box, Capsule, Plane, Sphere
@@ -26,6 +26,16 @@ GRAVITY = 9.81
 
 # ---------------------------------------------------------------------------------------------
 # The planar rod of 003 §4.1: q = [x, y, theta], two rounded ends.
+
+
+def _vector(*xs):
+    """The numbers xs as a float vector, on the host with numpy where none is traced: building compiles nothing."""
+    return host_numpy(*xs).stack([host_float(x) for x in xs])
+
+
+def _broadcast(x, shape):
+    """x as floats broadcast to `shape`, on the host with numpy where it is not traced."""
+    return host_numpy(x).broadcast_to(host_float(x), shape)
 
 
 def _rod_mass_matrix(q, p):
@@ -67,7 +77,7 @@ def rod_system(*, mu, mass, inertia, length, radius, gravity=GRAVITY):
     }
     return System(
         params=params,
-        mu=jnp.broadcast_to(_float(mu), (2,)),
+        mu=_float(_broadcast(mu, (2,))),
         mass_matrix=_rod_mass_matrix,
         potential=_gravity_potential,
         gaps=_rod_gaps,
@@ -82,7 +92,8 @@ def falling_rod_height(impact_time, *, theta0, omega0, length, radius, gravity=G
     touches when y - (l/2)|sin theta| = r.
     """
     theta = theta0 + omega0 * impact_time
-    return radius + 0.5 * length * jnp.abs(jnp.sin(theta)) + 0.5 * gravity * impact_time**2
+    xp = host_numpy(theta)
+    return radius + 0.5 * length * xp.abs(xp.sin(theta)) + 0.5 * gravity * impact_time**2
 
 
 def falling_rod(
@@ -110,9 +121,8 @@ def falling_rod(
         y0 = falling_rod_height(
             impact_time, theta0=theta0, omega0=omega0, length=length, radius=radius, gravity=gravity
         )
-    q = jnp.stack([_float(x0), _float(y0), _float(theta0)])
-    v = jnp.stack([_float(0.0), _float(0.0), _float(omega0)])
-    return Scene(system, State(_float(0.0), q, v))
+    q, v = _vector(x0, y0, theta0), _vector(0.0, 0.0, omega0)
+    return Scene(system, State(_float(0.0), _float(q), _float(v)))
 
 
 def painleve_rod(
@@ -126,10 +136,9 @@ def painleve_rod(
     """
     _check("speed", speed)
     system = rod_system(mu=mu, mass=mass, inertia=inertia, length=length, radius=radius, gravity=gravity)
-    y0 = radius + 0.5 * length * jnp.sin(theta0)
-    q = jnp.stack([_float(0.0), _float(y0), _float(theta0)])
-    v = jnp.stack([-_float(speed), _float(0.0), _float(0.0)])
-    return Scene(system, State(_float(0.0), q, v))
+    y0 = radius + 0.5 * length * host_numpy(theta0).sin(theta0)
+    q, v = _vector(0.0, y0, theta0), _vector(-host_float(speed), 0.0, 0.0)
+    return Scene(system, State(_float(0.0), _float(q), _float(v)))
 
 
 def painleve_margin(system, theta):
@@ -182,14 +191,14 @@ def four_balls(
         collide_bodies=False,
     )
     b.add_static("table", Plane())
-    mass, radius = jnp.broadcast_to(_float(mass), (4,)), jnp.broadcast_to(_float(radius), (4,))
+    mass, radius = _broadcast(mass, (4,)), _broadcast(radius, (4,))
     names = [f"ball{i}" for i in range(4)]
     for i, name in enumerate(names):
         b.add_body(
             name,
             Sphere(radius[i]),
             mass=mass[i],
-            inertia=None if inertia is None else jnp.broadcast_to(_float(inertia), (4,))[i],
+            inertia=None if inertia is None else _broadcast(inertia, (4,))[i],
             position=positions[i],
             velocity=velocity if i == 0 else None,
         )
@@ -203,9 +212,10 @@ def _incline(angle, heading):
     _check("angle", angle)
     if not isinstance(angle, jax.core.Tracer) and not 0 <= float(angle) < math.pi / 2:
         raise ValueError(f"angle must be in [0, pi/2), got {angle!r}")
-    a, phi = _float(angle), _float(heading)
-    uphill = jnp.stack([jnp.cos(a) * jnp.cos(phi), jnp.cos(a) * jnp.sin(phi), jnp.sin(a)])
-    n = jnp.stack([-jnp.sin(a) * jnp.cos(phi), -jnp.sin(a) * jnp.sin(phi), jnp.cos(a)])
+    a, phi = host_float(angle), host_float(heading)
+    xp = host_numpy(a, phi)
+    uphill = xp.stack([xp.cos(a) * xp.cos(phi), xp.cos(a) * xp.sin(phi), xp.sin(a)])
+    n = xp.stack([-xp.sin(a) * xp.cos(phi), -xp.sin(a) * xp.sin(phi), xp.cos(a)])
     return uphill, n
 
 
@@ -247,35 +257,35 @@ def block_on_incline(
     _check("heading", heading)
     _check("speed", speed)
     _check("distance", distance)
-    h = jnp.broadcast_to(_float(half_extents), (3,))
+    h = _broadcast(half_extents, (3,))
     if dim == 2:
         uphill, n = _incline(angle, 0.0)
-        uphill, n = uphill[jnp.array([0, 2, 1])], n[jnp.array([0, 2, 1])]  # the x-z slope drawn in x-y
+        uphill, n = uphill[np.array([0, 2, 1])], n[np.array([0, 2, 1])]  # the x-z slope drawn in x-y
         b = SceneBuilder(dim=2, mu=mu, gravity=(0.0, -gravity, 0.0))
         b.add_static("incline", Plane(n))
-        centre = _float(distance) * uphill + h[1] * n
+        centre = host_float(distance) * uphill + h[1] * n
         b.add_body(
             "block",
             Box(h),
             mass=mass,
             position=centre[:2],
-            angle=_float(angle),
-            velocity=(_float(speed) * uphill)[:2],
+            angle=angle,
+            velocity=(host_float(speed) * uphill)[:2],
         )
         return b.build()
     uphill, n = _incline(angle, heading)
     b = SceneBuilder(dim=3, mu=mu, directions=directions, cone=cone, gravity=(0.0, 0.0, -gravity))
     b.add_static("incline", Plane(n))
     # The box frame: z along n, x along the slope line.
-    tilt = rot.from_axis_angle(jnp.array([0.0, 1.0, 0.0]), -_float(angle))
-    turn = rot.from_axis_angle(jnp.array([0.0, 0.0, 1.0]), _float(heading))
+    tilt = rot.from_axis_angle(np.array([0.0, 1.0, 0.0]), -host_float(angle))
+    turn = rot.from_axis_angle(np.array([0.0, 0.0, 1.0]), host_float(heading))
     b.add_body(
         "block",
         Box(h),
         mass=mass,
-        position=_float(distance) * uphill + h[2] * n,
+        position=host_float(distance) * uphill + h[2] * n,
         orientation=rot.multiply(turn, tilt),
-        velocity=_float(speed) * uphill,
+        velocity=host_float(speed) * uphill,
     )
     return b.build()
 
@@ -293,8 +303,8 @@ def rolling_ball(v0=1.0, mu=0.3, *, mass=1.0, radius=0.1, directions=8, cone=Non
         "ball",
         Sphere(radius),
         mass=mass,
-        position=jnp.stack([0.0, 0.0, _float(radius)]),
-        velocity=jnp.stack([_float(v0), 0.0, 0.0]),
+        position=_vector(0.0, 0.0, radius),
+        velocity=_vector(v0, 0.0, 0.0),
     )
     return b.build()
 
@@ -320,7 +330,7 @@ def sphere_grid(n=64, *, mu=0.5, mass=1.0, radius=0.1, spacing=0.3, height=0.5, 
             f"ball{i}",
             Sphere(radius),
             mass=mass,
-            position=jnp.stack([_float(col * spacing), _float(row * spacing), _float(height)]),
+            position=_vector(col * spacing, row * spacing, height),
         )
     return b.build()
 
@@ -351,7 +361,7 @@ def bouncing_ball(
         "ball",
         Sphere(radius),
         mass=mass,
-        position=jnp.stack([0.0, 0.0, _float(radius) + _float(height)]),
+        position=_vector(0.0, 0.0, host_float(radius) + host_float(height)),
         velocity=velocity,
         angular_velocity=angular_velocity,
     )
@@ -474,8 +484,8 @@ def spinning_sphere(mu=0.2, e_r=0.4, *, omega=1.962, mass=1.0, radius=1.0, cone=
         "ball",
         Sphere(radius),
         mass=mass,
-        position=jnp.stack([0.0, 0.0, _float(radius)]),
-        angular_velocity=jnp.stack([0.0, 0.0, _float(omega)]),
+        position=_vector(0.0, 0.0, radius),
+        angular_velocity=_vector(0.0, 0.0, omega),
     )
     return b.build()
 
@@ -515,7 +525,7 @@ def skate(mu_along=0.02, mu_across=0.6, *, velocity=(1.0, 0.0, 0.0), mass=1.0, g
     """
     _check("mu_along", mu_along, positive=True)
     _check("mu_across", mu_across, positive=True)
-    half = jnp.array([0.15, 0.05, 0.01])  # low and wide, so that sideways friction does not tip it
+    half = np.array([0.15, 0.05, 0.01])  # low and wide, so that sideways friction does not tip it
     cone = EllipticCone(e_t=mu_along, e_o=mu_across)
     b = SceneBuilder(dim=3, mu=1.0, cone=cone, gravity=(0.0, 0.0, -gravity))
     b.add_static("ice", Plane())
@@ -559,8 +569,8 @@ def box_stack(
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ValueError(f"n must be an integer >= 1, got {n!r}")
     _check("spacing", spacing, nonnegative=True)
-    h = jnp.broadcast_to(_float(half_extents), (n, 3))
-    mass = jnp.broadcast_to(_float(mass), (n,))
+    h = _broadcast(half_extents, (n, 3))
+    mass = _broadcast(mass, (n,))
     b = SceneBuilder(
         dim=3,
         mu=mu,
@@ -571,10 +581,10 @@ def box_stack(
     )
     b.add_static("table", Plane())
     names = [f"box{i}" for i in range(n)]
-    z = _float(0.0)
+    z = host_float(0.0)
     for i, name in enumerate(names):
-        z = z + h[i, 2] + (_float(spacing) if i > 0 else 0.0)
-        b.add_body(name, Box(h[i]), mass=mass[i], position=jnp.stack([0.0, 0.0, z]))
+        z = z + h[i, 2] + (host_float(spacing) if i > 0 else 0.0)
+        b.add_body(name, Box(h[i]), mass=mass[i], position=_vector(0.0, 0.0, z))
         z = z + h[i, 2]
         if not all_pairs and i > 0:
             b.include(names[i - 1], name)
@@ -608,14 +618,14 @@ def cube_toss(
     """
     cone = renamed("scenes.cube_toss", "friction", friction, "cone", cone)
     _check("height", height)
-    th = jnp.broadcast_to(_float(table_half_extents), (3,))
+    th = _broadcast(table_half_extents, (3,))
     b = SceneBuilder(dim=3, mu=mu, directions=directions, cone=cone, gravity=(0.0, 0.0, -gravity))
-    b.add_static("table", Box(th, position=jnp.stack([0.0, 0.0, -th[2]])))
+    b.add_static("table", Box(th, position=_vector(0.0, 0.0, -th[2])))
     b.add_body(
         "cube",
         Box(half_extents),
         mass=mass,
-        position=jnp.stack([0.0, 0.0, _float(height)]),
+        position=_vector(0.0, 0.0, height),
         orientation=orientation,
         velocity=v0,
         angular_velocity=w0,
@@ -647,15 +657,15 @@ def box_push(
     cone = renamed("scenes.box_push", "friction", friction, "cone", cone)
     _check("force", force)
     _check("distance", distance, nonnegative=True)
-    h = jnp.broadcast_to(_float(half_extents), (3,))
+    h = _broadcast(half_extents, (3,))
     b = SceneBuilder(dim=3, mu=mu, directions=directions, cone=cone, gravity=(0.0, 0.0, -gravity))
     b.add_static("table", Plane())
     b.add_body(
         "pusher",
         Box(h),
         mass=mass,
-        position=jnp.stack([0.0, 0.0, h[2]]),
-        force=jnp.stack([_float(force), 0.0, 0.0]),
+        position=_vector(0.0, 0.0, h[2]),
+        force=_vector(force, 0.0, 0.0),
     )
-    b.add_body("pushed", Box(h), mass=pushed_mass, position=jnp.stack([2 * h[0] + _float(distance), 0.0, h[2]]))
+    b.add_body("pushed", Box(h), mass=pushed_mass, position=_vector(2 * h[0] + host_float(distance), 0.0, h[2]))
     return b.build()

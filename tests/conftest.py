@@ -53,3 +53,44 @@ def _free_compiled_code():
     if maps is None or maps[0] > MAP_SHARE * maps[1]:
         jax.clear_caches()
         gc.collect()
+
+
+# Runs each Python expression given in a fresh process (eager jax.numpy compiles once per process, so a warm test
+# process would hide it) and prints, per expression, the XLA compilations while it ran.
+_COUNT_COMPILES = """
+import logging, sys, warnings
+import jax, jax.numpy as jnp
+import jaxrbd as rbd
+jax.config.update("jax_enable_x64", True)
+compiled = []
+handler = logging.Handler()
+handler.emit = lambda record: compiled.append(record.getMessage()) if record.getMessage().startswith("Compiling") else None
+logging.getLogger("jax").addHandler(handler)
+with jax.log_compiles(True):
+    for expression in sys.argv[1:]:
+        compiled.clear()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            eval(expression)
+        print(len(compiled), compiled[:3])
+    compiled.clear()
+    jnp.sin(jnp.arange(7.0)).block_until_ready()  # the counter sees a compilation
+    print(len(compiled))
+"""
+
+
+@pytest.fixture(scope="session")
+def compilations():
+    """f(*expressions) -> {expression: (XLA compilations while it ran in a fresh process, the first few)}."""
+    return _compilations
+
+
+def _compilations(*expressions):
+    import subprocess
+    import sys
+
+    lines = subprocess.run(
+        [sys.executable, "-c", _COUNT_COMPILES, *expressions], capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    assert int(lines[-1]) >= 1, lines  # the counter works
+    return {e: (int(line.split(" ", 1)[0]), line.split(" ", 1)[1]) for e, line in zip(expressions, lines[:-1])}

@@ -1,5 +1,6 @@
 """Rigid bodies against the papers and exact solutions (four balls, incline, rolling ball)."""
 
+import functools
 import math
 import warnings
 
@@ -7,9 +8,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import jaxrbd as rbd
 from jaxrbd.analysis import CONTACT, convergence_row, first_contact
+from jaxrbd.bodies._builder import OVERLAP_TOL
 from jaxrbd.reference import P2_PUBLISHED, P2_STEPS  # 003 Table 1
 
 RESIDUAL_TOL = 1e-8
@@ -330,3 +334,59 @@ def test_overlapping_initial_bodies_warn_with_the_depth():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         rbd.scenes.four_balls()  # touching to 1e-5 is not an overlap
+
+
+SCENE_BUILDS = (
+    "rbd.scenes.cube_toss()",
+    "rbd.scenes.box_stack(3)",
+    "rbd.scenes.four_balls()",
+    "rbd.scenes.block_on_incline()",
+    "rbd.scenes.block_on_incline(dim=2)",
+    "rbd.scenes.sphere_grid(9)",
+    "rbd.scenes.bouncing_ball()",
+    "rbd.scenes.box_push()",
+    "rbd.scenes.falling_rod()",
+)
+
+
+def test_building_the_scenes_compiles_nothing(compilations):
+    # The scenes are built with numpy on the host, and the overlap check's separating axes clear bodies that start
+    # apart or resting, so the contact geometry is not compiled to check them.
+    for build, (count, first) in compilations(*SCENE_BUILDS).items():
+        assert count == 0, f"{build}: {count} compilations while building, the first {first}"
+
+
+_POSED_SHAPES = {
+    "box": lambda size: rbd.Box(size * np.array([1.0, 0.6, 0.3])),
+    "sphere": lambda size: rbd.Sphere(size),
+    "capsule": lambda size: rbd.Capsule(0.5 * size, size),
+    "mesh": lambda size: rbd.ConvexMesh(size * np.array([[1, 0, 0], [0, 1, 0], [0, 0, 1], [-1, -1, -1.0]])),
+}
+
+
+@functools.cache
+def _pair_gaps(kind_a, kind_b):
+    """A scene of two bodies of these kinds, its builder, and the jitted gaps f(q, params) of the pair."""
+    b = rbd.SceneBuilder(gravity=(0.0, 0.0, 0.0))
+    b.add_body("a", _POSED_SHAPES[kind_a](0.1), mass=1.0, position=(0.0, 0.0, 0.0))
+    b.add_body("b", _POSED_SHAPES[kind_b](0.1), mass=1.0, position=(1.0, 0.0, 0.0))
+    scene = b.build()
+    return scene, b, jax.jit(lambda q, params: scene.bodies.contacts(q, params).gap)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    kinds=st.sampled_from([("box", "box"), ("box", "sphere"), ("capsule", "mesh"), ("mesh", "box")]),
+    offset=st.lists(st.floats(-0.25, 0.25), min_size=3, max_size=3),
+    quats=st.lists(st.floats(-1.0, 1.0), min_size=8, max_size=8).filter(
+        lambda x: min(np.linalg.norm(x[:4]), np.linalg.norm(x[4:])) > 0.1
+    ),
+)
+def test_the_overlap_filter_clears_only_pairs_that_do_not_overlap(kinds, offset, quats):
+    scene, builder, gaps = _pair_gaps(*kinds)
+    qa = np.concatenate([np.zeros(3), quats[:4] / np.linalg.norm(quats[:4])])
+    qb = np.concatenate([np.asarray(offset), quats[4:] / np.linalg.norm(quats[4:])])
+    q = np.concatenate([qa, qb])
+    if not builder._may_overlap(q):
+        gap = np.asarray(gaps(jnp.asarray(q), scene.system.params))
+        assert gap.min() >= -OVERLAP_TOL, (kinds, q, gap)

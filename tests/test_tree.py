@@ -8,8 +8,6 @@ implicit) as jaxrbd's: hinge and slide chains agree to round-off.
 
 import pathlib
 import re
-import subprocess
-import sys
 import warnings
 
 import equinox as eqx
@@ -370,42 +368,10 @@ def test_the_hopper_dropped_lands_on_its_foot_like_mujoco():
 # --- Loading --------------------------------------------------------------------------------------
 
 
-# Loads the Gymnasium models in a fresh process (eager jax.numpy compiles once per process, so a warm test
-# process would hide it) and prints, per model, the XLA compilations during `load_mjcf` (its time is a benchmark's,
-# `benchmarks/bench_robots.py`).
-_COUNT_LOAD_COMPILES = """
-import logging, sys, warnings
-import jax, jax.numpy as jnp
-import jaxrbd as rbd
-jax.config.update("jax_enable_x64", True)
-compiled = []
-handler = logging.Handler()
-handler.emit = lambda record: compiled.append(record.getMessage()) if record.getMessage().startswith("Compiling") else None
-logging.getLogger("jax").addHandler(handler)
-with jax.log_compiles(True):
-    for path in sys.argv[1:]:
-        compiled.clear()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            rbd.load_mjcf(path)
-        print(path, len(compiled), compiled[:3])
-    compiled.clear()
-    jnp.sin(jnp.arange(7.0)).block_until_ready()  # the counter sees a compilation
-    print("control", len(compiled))
-"""
-
-
-def test_loading_the_gymnasium_models_compiles_nothing():
-    out = subprocess.run(
-        [sys.executable, "-c", _COUNT_LOAD_COMPILES, *(str(DATA / f"{name}.xml") for name in MODELS)],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.splitlines()
-    assert out[-1].startswith("control ") and int(out[-1].split()[1]) >= 1, out  # the counter works
-    for line in out[:-1]:
-        path, count, first = line.split(" ", 2)
-        assert int(count) == 0, f"{path}: {count} compilations while loading, the first {first}"
+def test_loading_the_gymnasium_models_compiles_nothing(compilations):
+    counts = compilations(*(f"rbd.load_mjcf({str(DATA / f'{name}.xml')!r})" for name in MODELS))
+    for load, (count, first) in counts.items():
+        assert count == 0, f"{load}: {count} compilations while loading, the first {first}"
 
 
 def test_a_tree_loads_with_mujocos_state_and_names_what_it_refuses():

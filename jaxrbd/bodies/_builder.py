@@ -10,6 +10,7 @@ pairs can touch) is static.
 """
 
 import dataclasses
+import itertools
 import math
 import warnings
 from typing import Any, NamedTuple
@@ -21,19 +22,11 @@ import numpy as np
 
 from .. import _rotation as rot
 from .. import cones, geometry
-from .._validate import (
-    as_float,
-    check_inertia,
-    check_shape,
-    check_value,
-    host_float,
-    host_numpy,
-    is_traced,
-    renamed,
-)
+from .._validate import as_float, check_inertia, check_shape, check_value, host_float, host_numpy, is_traced, renamed
 from ..dynamics import project_to_joints
 from ..geometry import BroadPhase, PairGroup
 from ..model import Scene, State
+from . import _overlap
 from ._model import (
     AXIS_KINDS,
     AXIS_ON_A,
@@ -58,9 +51,10 @@ def _inertia_matrix(inertia, mass, shapes):
         if len(shapes) != 1:
             raise ValueError(f"inertia is required for a body with {len(shapes)} shapes (it is derived for one)")
         s = shapes[0]
-        Rs = rot.to_matrix(rot.normalize(as_float(s.orientation)))
-        d = as_float(s.position) + Rs @ s.centroid()
-        parallel = mass * (jnp.dot(d, d) * jnp.eye(3) - jnp.outer(d, d))
+        Rs = rot.to_matrix(rot.normalize(host_float(s.orientation)))
+        d = host_float(s.position) + Rs @ s.centroid()
+        xp = host_numpy(mass, Rs, d)
+        parallel = mass * (xp.dot(d, d) * xp.eye(3) - xp.outer(d, d))
         return Rs @ s.inertia(mass) @ Rs.T + parallel
     inertia = host_float(inertia)
     xp = host_numpy(inertia)
@@ -793,12 +787,26 @@ class SceneBuilder:
         """Compile to a `Scene` (system, state, bodies); warns when initial bodies overlap."""
         model, params, mu, restitution, cone = self.build_model()
         system = model.system(params, mu, restitution, self.directions, cone)
-        q0 = jnp.concatenate([b.q for b in self._bodies])
-        q0 = _project_initial_joints(model, system, q0)
-        state = State(as_float(0.0), q0, jnp.concatenate([b.v for b in self._bodies]))
+        q0 = _project_initial_joints(model, system, as_float(_concatenate([b.q for b in self._bodies])))
+        state = State(as_float(0.0), q0, as_float(_concatenate([b.v for b in self._bodies])))
         scene = Scene(system, state, model)
-        _warn_overlaps(model, params, state.q)
+        if not is_traced(params, state.q) and self._may_overlap(np.asarray(state.q)):
+            _warn_overlaps(model, params, state.q)
         return scene
+
+    def _may_overlap(self, q):
+        """Whether a shape pair may start interpenetrating: `_overlap`'s separating axes, on the host."""
+        nq = 7 if self.dim == 3 else 3
+        solids = {
+            b.name: [_overlap.solid(s, *_overlap.body_pose(q[i * nq : (i + 1) * nq], self.dim)) for s in b.shapes]
+            for i, b in enumerate(self._bodies)
+        }
+        solids.update({name: [_overlap.solid(shape, np.zeros(3), np.eye(3))] for name, shape in self._statics})
+        return any(
+            _overlap.may_overlap(sa, sb, OVERLAP_TOL)
+            for a, b in self._body_pairs()
+            for sa, sb in itertools.product(solids[a], solids[b])
+        )
 
     def build_model(self):
         """The static `BodyModel` and its leaves, on the host: (model, params, mu, restitution, cone).
@@ -902,6 +910,7 @@ def _stack(xs, empty=None):
 
 
 def _concatenate(xs):
+    """The arrays xs joined, on the host with numpy where none is traced."""
     return host_numpy(*xs).concatenate(xs)
 
 
@@ -946,8 +955,6 @@ _project_compiled = eqx.filter_jit(project_to_joints)
 
 def _warn_overlaps(model, params, q):
     """Warn, naming the pair and the depth, when bodies start interpenetrating (beyond OVERLAP_TOL)."""
-    if is_traced(params, q):
-        return
     contacts = jax.jit(model.contacts)(q, params)
     worst = {}
     for i, g in zip(np.asarray(contacts.index), np.asarray(contacts.gap)):

@@ -150,10 +150,11 @@ def delassus_direction(problem, da, db, s, phi, eps=None):
 
     J = Da + Db S A is the Newton matrix of phi(z) = FB(z, S w) and A = C + U M^{-1} U^T
     (`Delassus`). Adding eps Db (by default eps = sqrt of the machine epsilon, relative: the rows
-    of S A have largest entry 1; `newton_solve` grows it with the residual) makes K = Da + eps Db + Db S C invertible: its only
-    off-diagonal entries couple each contact's friction rows with its cone row, so it
-    is solved in closed form, contact by contact. Woodbury's identity then leaves one
-    (nv, nv) system, M + U^T K^{-1} Db S U, instead of the (n, n) Newton matrix. On a
+    of S A have largest entry 1; `newton_solve` grows it with the residual) makes
+    K = Da + eps Db + Db S C invertible: its only off-diagonal entries couple each contact's
+    friction rows with its cone row, so it is solved in closed form, contact by contact.
+    Woodbury's identity then leaves one (nv, nv) system, M + U^T K^{-1} Db S U, instead of
+    the (n, n) Newton matrix. On a
     singular J (the non-unique friction rows of a sticking contact) the eps term keeps
     the step finite; near a solution it converges linearly at a rate of about eps.
 
@@ -207,9 +208,9 @@ def newton_solve(problem, z0, s, *, tol, iterations, line_search_steps, regulari
     """Damped Newton steps on phi(z) = 0 from z0, until the natural residual is <= tol.
 
     phi(z) = [s w]_free ; FB(z, s w)_rest with w = F(z). On an LCP that carries its
-    Delassus structure (`LCP.delassus`, every friction LCP of a time step), the steps are first the proximal Newton steps of `delassus_direction`,
-    an (nv, nv) solve each, with a proximal weight that grows with the residual
-    (`DELASSUS_GROWTH`); where one stalls, or (after the first `DELASSUS_PATIENCE`)
+    Delassus structure (`LCP.delassus`, every friction LCP of a time step), the steps are first
+    the proximal Newton steps of `delassus_direction`, an (nv, nv) solve each, with a proximal
+    weight that grows with the residual (`DELASSUS_GROWTH`); where one stalls, or (after the first `DELASSUS_PATIENCE`)
     leaves more than `DELASSUS_RATE` of a residual above tol, the solve goes on with
     Levenberg-Marquardt steps from there.
     A Levenberg-Marquardt step solves

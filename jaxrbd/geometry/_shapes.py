@@ -63,7 +63,7 @@ class Shape(eqx.Module):
 
     def centroid(self):
         """(3,) the centre of mass of the solid shape in its own frame (the origin unless said)."""
-        return jnp.zeros(3)
+        return np.zeros(3)
 
 
 class Plane(Shape):
@@ -95,7 +95,8 @@ class Sphere(Shape):
         return {"radius": self.radius, "position": self.position}
 
     def inertia(self, mass):
-        return 0.4 * mass * self.radius**2 * jnp.eye(3)
+        xp = host_numpy(mass, self.radius)
+        return 0.4 * mass * xp.asarray(self.radius) ** 2 * xp.eye(3)
 
     def sizes(self):
         return (("radius", self.radius, ()),)
@@ -118,13 +119,14 @@ class Capsule(Shape):
 
     def inertia(self, mass):
         """Cylinder plus two hemispherical caps, with the mass shared by volume."""
-        r, h = self.radius, self.half_length
+        xp = host_numpy(mass, self.radius, self.half_length)
+        r, h = xp.asarray(self.radius), xp.asarray(self.half_length)
         cylinder = math.pi * r**2 * 2 * h
         caps = 4.0 / 3.0 * math.pi * r**3
         mc, ms = mass * cylinder / (cylinder + caps), mass * caps / (cylinder + caps)
         axial = mc * r**2 / 2 + ms * 2 * r**2 / 5
         across = mc * (r**2 / 4 + (2 * h) ** 2 / 12) + ms * (2 * r**2 / 5 + h**2 + 3 * h * r / 4)
-        return jnp.diag(jnp.stack([across, across, axial]))
+        return xp.diag(xp.stack([across, across, axial]))
 
     def sizes(self):
         return (("radius", self.radius, ()), ("half_length", self.half_length, ()))
@@ -144,8 +146,9 @@ class Box(Shape):
         }
 
     def inertia(self, mass):
-        a, b, c = (2 * jnp.broadcast_to(self.half_extents, (3,))) ** 2
-        return mass / 12 * jnp.diag(jnp.stack([b + c, a + c, a + b]))
+        xp = host_numpy(mass, self.half_extents)
+        a, b, c = (2 * xp.broadcast_to(xp.asarray(self.half_extents), (3,))) ** 2
+        return mass / 12 * xp.diag(xp.stack([b + c, a + c, a + b]))
 
     def sizes(self):
         return (("half_extents", self.half_extents, ((), (3,))),)
@@ -206,7 +209,7 @@ class ConvexMesh(Shape):
         return out
 
     def inertia(self, mass):
-        return mass * jnp.asarray(self._hull["inertia"])
+        return mass * self._hull["inertia"]
 
     def centroid(self):
-        return jnp.asarray(self._hull["centroid"])
+        return self._hull["centroid"]
