@@ -13,6 +13,7 @@ from jax.typing import ArrayLike
 from .._problems import LCP, NCP, natural_residual
 from .._validate import check_value
 from ._implicit import implicit_solve
+from ._select import least_norm, selects
 from ._solvers import SemismoothNewton, Solver, run_batched, within_tolerance
 from ._status import Status
 
@@ -101,8 +102,19 @@ def _solve_checked(problem, solver, z0, grad_smoothing):
     scalars in its args), the solver and `grad_smoothing`. Inside the caller's
     `jit`, `vmap` or `grad` the call is traced into the caller's program.
     """
-    raw = implicit_solve(functools.partial(run_batched, solver), problem, jax.lax.stop_gradient(z0), grad_smoothing)
+    raw = implicit_solve(functools.partial(_selected, solver), problem, jax.lax.stop_gradient(z0), grad_smoothing)
     return _finish(problem, raw, solver)
+
+
+def _selected(solver, problem, z0):
+    """The solver's result, with a time step's friction LCP's solution replaced by its least-norm one (`_select`).
+
+    Inside the implicit rule: the reverse pass differentiates the selected solution as a solution of the LCP.
+    """
+    raw = run_batched(solver, problem, z0)
+    if not selects(problem):
+        return raw
+    return eqx.tree_at(lambda r: r.z, raw, least_norm(problem, raw.z, solver.tolerance(raw.z.dtype)))
 
 
 def solve(problem, *, solver=None, z0=None, grad_smoothing=0.0):

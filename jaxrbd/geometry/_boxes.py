@@ -292,7 +292,9 @@ def _face_manifold(p_r, R_r, h_r, k, p_i, R_i, h_i, tie):
     for axis, bound, other, other_bound in ((0, hx, 1, hy), (1, hy, 0, hx)):
         for side in (-1.0, 1.0):
             den = B[:, axis] - A[:, axis]
-            ok = jnp.abs(den) > _TINY
+            # An edge within _TIE of parallel to the side crosses it anywhere along an edge of the polygon, next
+            # to the points that bound that edge (equal boxes stacked face to face): it is left out.
+            ok = jnp.abs(den) > _TIE * jnp.linalg.norm(B - A, axis=-1) + _TINY
             t = (side * bound - A[:, axis]) / jnp.where(ok, den, 1.0)
             P = A + t[:, None] * (B - A)
             points.append(P)

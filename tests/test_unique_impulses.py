@@ -1,0 +1,92 @@
+"""One impulse where many solve: a flat rest carries the same load at every corner, whatever the warm start.
+
+A cube on a face has four corner contacts on three normal directions, so the step's LCP has a whole set of
+solutions; the step returns the least-norm one (`jaxrbd.complementarity._select`), in which a symmetric rest loads
+its corners equally. Coincident contacts (a manifold's repeated slots, the corners of equal boxes stacked face to
+face) count as one point: their loads are summed.
+"""
+
+import functools
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxrbd as rbd
+
+H = 0.01
+EQUAL = 1e-8  # relative
+
+
+def _flat_cube_on_plane():
+    return rbd.scenes.block_on_incline(angle=0.0)
+
+
+def _flat_cube_on_table():
+    return rbd.scenes.cube_toss(v0=(0.0, 0.0, 0.0), w0=(0.0, 0.0, 0.0), height=0.05, orientation=(1.0, 0.0, 0.0, 0.0))
+
+
+SCENES = {"cube on a plane": _flat_cube_on_plane, "cube on a table": _flat_cube_on_table, "box_stack(3)": None}
+
+
+@functools.cache
+def _scene(name):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return SCENES[name]() if SCENES[name] is not None else rbd.scenes.box_stack(3)
+
+
+def _point_loads(contacts, normal):
+    """{(body a, body b): the normal impulse at each distinct contact point}, coincident contacts summed."""
+    points = np.round(np.asarray(contacts.point), 9)
+    a, b, cn = np.asarray(contacts.body_a), np.asarray(contacts.body_b), np.asarray(normal)
+    loads = {}
+    for i in range(len(cn)):
+        at = loads.setdefault((int(a[i]), int(b[i])), {})
+        at[tuple(points[i])] = at.get(tuple(points[i]), 0.0) + cn[i]
+    return {pair: np.array(list(at.values())) for pair, at in loads.items()}
+
+
+def _spread(loads):
+    """The largest relative difference between the point loads of one body pair."""
+    return max(float((x.max() - x.min()) / x.mean()) for x in loads.values())
+
+
+@pytest.mark.parametrize("name", list(SCENES))
+def test_a_flat_rest_loads_its_corners_equally_from_any_warm_start(name):
+    scene = _scene(name)
+    system, state = scene
+    cone = rbd.stepping.default_cone(system, jax.eval_shape(system.contacts, state.q))
+    problem, _ = rbd.stepping.step_problem_at(system, state, H, scheme=rbd.StewartTrinkle(), cone=cone)
+    lcp = problem.problem
+    contacts = system.contacts(state.q)
+    ng, nc = lcp.n_free, len(lcp.counts)
+    cold = rbd.complementarity.solve(lcp)
+    rng = np.random.default_rng(0)
+    starts = {
+        "zero": None,
+        "the previous step": cold.z,
+        "random": jnp.asarray(rng.uniform(0.0, 2.0 * float(jnp.max(cold.z)), cold.z.shape)),
+    }
+    for start, z0 in starts.items():
+        sol = rbd.complementarity.solve(lcp, z0=z0)
+        assert bool(sol.converged), (name, start, float(sol.residual))
+        loads = _point_loads(contacts, sol.z[ng : ng + nc])
+        assert all(len(x) == 4 for x in loads.values()), (name, start, loads)
+        assert _spread(loads) <= EQUAL, (name, start, loads)
+        assert float(jnp.max(jnp.abs(sol.z - cold.z))) <= EQUAL * float(jnp.max(jnp.abs(cold.z))), (name, start)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(SCENES))
+def test_a_flat_rest_loads_its_corners_equally_at_every_step_of_a_second(name):
+    system, state = _scene(name)
+    traj = jax.jit(lambda s: rbd.simulate(system, s, dt=H, steps=100))(state)
+    assert bool(traj.stats.converged.all())
+    assert float(jnp.max(jnp.abs(traj.q - traj.q[0]))) <= 1e-12  # it stays at rest
+    points = jax.vmap(system.contacts)(traj.q[:-1])
+    for k in range(100):
+        loads = _point_loads(jax.tree.map(lambda x: x[k], points), traj.impulses.normal[k])
+        assert _spread(loads) <= EQUAL, (name, k, loads)
