@@ -1,8 +1,8 @@
 """One impulse where many solve: a flat rest carries the same load at every corner, whatever the warm start.
 
 A cube on a face has four corner contacts on three normal directions, so the step's LCP has a whole set of
-solutions; the step returns the least-norm one (`jaxrbd.complementarity._select`), in which a symmetric rest loads
-its corners equally. Coincident contacts (a manifold's repeated slots, the corners of equal boxes stacked face to
+solutions; with `least_norm=True` the solver returns the least-norm one (`jaxrbd.complementarity._select`), in which
+a symmetric rest loads its corners equally. Coincident contacts (a manifold's repeated slots, the corners of equal boxes stacked face to
 face) count as one point: their loads are summed.
 """
 
@@ -18,6 +18,7 @@ import jaxrbd as rbd
 
 H = 0.01
 EQUAL = 1e-8  # relative
+SOLVER = rbd.SemismoothNewton(least_norm=True)
 
 
 def _flat_cube_on_plane():
@@ -63,7 +64,7 @@ def test_a_flat_rest_loads_its_corners_equally_from_any_warm_start(name):
     lcp = problem.problem
     contacts = system.contacts(state.q)
     ng, nc = lcp.n_free, len(lcp.counts)
-    cold = rbd.complementarity.solve(lcp)
+    cold = rbd.complementarity.solve(lcp, solver=SOLVER)
     rng = np.random.default_rng(0)
     starts = {
         "zero": None,
@@ -71,7 +72,7 @@ def test_a_flat_rest_loads_its_corners_equally_from_any_warm_start(name):
         "random": jnp.asarray(rng.uniform(0.0, 2.0 * float(jnp.max(cold.z)), cold.z.shape)),
     }
     for start, z0 in starts.items():
-        sol = rbd.complementarity.solve(lcp, z0=z0)
+        sol = rbd.complementarity.solve(lcp, solver=SOLVER, z0=z0)
         assert bool(sol.converged), (name, start, float(sol.residual))
         loads = _point_loads(contacts, sol.z[ng : ng + nc])
         assert all(len(x) == 4 for x in loads.values()), (name, start, loads)
@@ -79,11 +80,18 @@ def test_a_flat_rest_loads_its_corners_equally_from_any_warm_start(name):
         assert float(jnp.max(jnp.abs(sol.z - cold.z))) <= EQUAL * float(jnp.max(jnp.abs(cold.z))), (name, start)
 
 
+def test_least_norm_is_a_checked_switch():
+    with pytest.raises(TypeError, match="least_norm must be True or False"):
+        rbd.SemismoothNewton(least_norm=1)
+    with pytest.raises(TypeError, match="least_norm must be True or False"):
+        rbd.Lemke(least_norm="yes")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(SCENES))
 def test_a_flat_rest_loads_its_corners_equally_at_every_step_of_a_second(name):
     system, state = _scene(name)
-    traj = jax.jit(lambda s: rbd.simulate(system, s, dt=H, steps=100))(state)
+    traj = jax.jit(lambda s: rbd.simulate(system, s, dt=H, steps=100, solver=SOLVER))(state)
     assert bool(traj.stats.converged.all())
     assert float(jnp.max(jnp.abs(traj.q - traj.q[0]))) <= 1e-12  # it stays at rest
     points = jax.vmap(system.contacts)(traj.q[:-1])

@@ -107,12 +107,13 @@ def _solve_checked(problem, solver, z0, grad_smoothing):
 
 
 def _selected(solver, problem, z0):
-    """The solver's result, with a time step's friction LCP's solution replaced by its least-norm one (`_select`).
+    """The solver's result; with `least_norm`, a time step's friction LCP's solution replaced by its least-norm one
+    (`_select`).
 
     Inside the implicit rule: the reverse pass differentiates the selected solution as a solution of the LCP.
     """
     raw = run_batched(solver, problem, z0)
-    if not selects(problem):
+    if not (getattr(solver, "least_norm", False) and selects(problem)):
         return raw
     return eqx.tree_at(lambda r: r.z, raw, least_norm(problem, raw.z, solver.tolerance(raw.z.dtype)))
 

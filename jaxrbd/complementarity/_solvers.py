@@ -86,6 +86,9 @@ class Solver(eqx.Module):
         tol = self.tol
         if tol is not None and not (_is_number(tol) and 0 < tol < math.inf):
             raise ValueError(f"{type(self).__name__}: tol must be None or a finite number > 0, got {tol!r}")
+        least_norm = getattr(self, "least_norm", False)
+        if not isinstance(least_norm, bool):
+            raise TypeError(f"{type(self).__name__}: least_norm must be True or False, got {least_norm!r}")
 
     def tolerance(self, dtype):
         """The natural-residual tolerance: `tol`, or by dtype (`default_tol`)."""
@@ -176,11 +179,13 @@ class Lemke(Solver):
         max_pivots: static bound on the pivots; default 10 n.
         polish_iterations: static bound on the Newton steps after pivoting.
         tol: convergence tolerance on the natural residual (default by dtype).
+        least_norm: as `SemismoothNewton`'s.
     """
 
     max_pivots: int | None = eqx.field(static=True, default=None)
     polish_iterations: int = eqx.field(static=True, default=3)
     tol: float | None = eqx.field(static=True, default=None)
+    least_norm: bool = eqx.field(static=True, default=False)
 
     def __check_init__(self):
         if self.max_pivots is not None and not _is_count(self.max_pivots, 1):
@@ -276,6 +281,10 @@ class SemismoothNewton(Solver):
         lane_chunk: under `vmap`, how many open lanes go on together.
         lane_block: under `vmap`, how many lanes are solved together; a larger
             batch is solved one block after another.
+        least_norm: on a time step's friction LCP, return the least-norm solution among
+            those with the solve's velocities and active rows (`_select.least_norm`): a
+            flat rest then loads its corners equally whatever the warm start. It adds
+            about 0.2 ms to a step of the four balls (1.7 times the rollout's time).
     """
 
     iterations: int = eqx.field(static=True, default=30)
@@ -286,6 +295,7 @@ class SemismoothNewton(Solver):
     lane_iterations: int = eqx.field(static=True, default=6)
     lane_chunk: int = eqx.field(static=True, default=2)
     lane_block: int = eqx.field(static=True, default=64)
+    least_norm: bool = eqx.field(static=True, default=False)
 
     def __check_init__(self):
         for name in ("iterations", "line_search_steps", "lane_iterations", "lane_chunk", "lane_block"):
