@@ -387,6 +387,6 @@ def test_the_overlap_filter_clears_only_pairs_that_do_not_overlap(kinds, offset,
     qa = np.concatenate([np.zeros(3), quats[:4] / np.linalg.norm(quats[:4])])
     qb = np.concatenate([np.asarray(offset), quats[4:] / np.linalg.norm(quats[4:])])
     q = np.concatenate([qa, qb])
-    if not builder._may_overlap(q):
+    if not builder._may_overlap(scene.bodies, q):
         gap = np.asarray(gaps(jnp.asarray(q), scene.system.params))
         assert gap.min() >= -OVERLAP_TOL, (kinds, q, gap)

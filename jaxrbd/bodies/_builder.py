@@ -790,17 +790,14 @@ class SceneBuilder:
         q0 = _project_initial_joints(model, system, as_float(_concatenate([b.q for b in self._bodies])))
         state = State(as_float(0.0), q0, as_float(_concatenate([b.v for b in self._bodies])))
         scene = Scene(system, state, model)
-        if not is_traced(params, state.q) and self._may_overlap(np.asarray(state.q)):
+        if not is_traced(params, state.q) and self._may_overlap(model, state.q):
             _warn_overlaps(model, params, state.q)
         return scene
 
-    def _may_overlap(self, q):
+    def _may_overlap(self, model, q):
         """Whether a shape pair may start interpenetrating: `_overlap`'s separating axes, on the host."""
-        nq = 7 if self.dim == 3 else 3
-        solids = {
-            b.name: [_overlap.solid(s, *_overlap.body_pose(q[i * nq : (i + 1) * nq], self.dim)) for s in b.shapes]
-            for i, b in enumerate(self._bodies)
-        }
+        p, R = model.poses(np.asarray(q))
+        solids = {b.name: [_overlap.solid(s, p[i], R[i]) for s in b.shapes] for i, b in enumerate(self._bodies)}
         solids.update({name: [_overlap.solid(shape, np.zeros(3), np.eye(3))] for name, shape in self._statics})
         return any(
             _overlap.may_overlap(sa, sb, OVERLAP_TOL)

@@ -21,6 +21,7 @@ from .. import _rotation as rot
 from .. import geometry
 from .._contacts import Contacts
 from .._small import inv3, matmul, matvec
+from .._validate import host_numpy
 from ..model import System, check_bodies
 from ._flight import free_rotation
 
@@ -242,15 +243,16 @@ class BodyModel:
     # The System's functions.
 
     def poses(self, q):
-        """(nb + 1, 3) positions and (nb + 1, 3, 3) rotations; the last is the world."""
+        """(nb + 1, 3) positions and (nb + 1, 3, 3) rotations; the last is the world (numpy for concrete q)."""
+        xp = host_numpy(q)
         qb = self._per_body(q, self.nq_body)
         if self.dim == 3:
             p, R = qb[:, :3], rot.to_matrix(rot.normalize(qb[:, 3:]))
         else:
-            p = jnp.concatenate([qb[:, :2], jnp.zeros_like(qb[:, :1])], -1)
+            p = xp.concatenate([qb[:, :2], xp.zeros_like(qb[:, :1])], -1)
             R = rot.rotation_z(qb[:, 2])
-        p = jnp.concatenate([p, jnp.zeros_like(p[:1])])
-        R = jnp.concatenate([R, jnp.eye(3, dtype=R.dtype)[None]])
+        p = xp.concatenate([p, xp.zeros_like(p[:1])])
+        R = xp.concatenate([R, xp.eye(3, dtype=R.dtype)[None]])
         return p, R
 
     @property

@@ -15,6 +15,7 @@ the centres, and a plane's normal against the other shape's support (exact).
 """
 
 import itertools
+from typing import NamedTuple
 
 import numpy as np
 
@@ -22,15 +23,35 @@ from .. import _rotation as rot
 from ..geometry._convex import hull
 
 
+class Solid(NamedTuple):
+    """A shape carried at a pose: its kind, world centre and rotation, the shape, and its candidate axes."""
+
+    kind: str
+    centre: np.ndarray
+    rotation: np.ndarray
+    shape: object
+    axes: list
+
+
 def solid(shape, p, R):
-    """(kind, world centre, world rotation, shape) of a shape carried at the pose (p, R)."""
+    """The `Solid` of a shape carried at the pose (p, R)."""
+    p, R = np.asarray(p, float), np.asarray(R, float)
     Rs = R @ rot.to_matrix(rot.normalize(np.asarray(shape.orientation, float)))
-    return shape.kind, p + R @ np.asarray(shape.position, float), Rs, shape
+    kind = shape.kind
+    if kind in ("sphere", "plane"):
+        axes = []
+    elif kind == "capsule":
+        axes = [Rs[:, 2]]
+    else:
+        axes = list(Rs.T)
+        if kind == "mesh":
+            axes += list(hull(shape.vertices)["normals"] @ Rs.T)
+    return Solid(kind, p + R @ np.asarray(shape.position, float), Rs, shape, axes)
 
 
 def _interval(solid, n):
     """(lo, hi) of the solid's projection onto the unit vector n."""
-    kind, c, Rs, shape = solid
+    kind, c, Rs, shape, _ = solid
     local = Rs.T @ n
     if kind == "mesh":
         x = np.asarray(shape.vertices, float) @ local
@@ -44,27 +65,15 @@ def _interval(solid, n):
     return c @ n - half, c @ n + half
 
 
-def _axes(solid):
-    kind, _, Rs, shape = solid
-    if kind == "sphere":
-        return []
-    if kind == "capsule":
-        return [Rs[:, 2]]
-    axes = list(Rs.T)
-    if kind == "mesh":
-        axes += list(hull(shape.vertices)["normals"] @ Rs.T)
-    return axes
-
-
 def may_overlap(a, b, tol):
     """False where the solids (`solid`) are shown apart or touching to within tol; True where they may overlap."""
-    if "plane" in (a[0], b[0]):
-        plane, other = (a, b) if a[0] == "plane" else (b, a)
-        n = np.asarray(plane[3].normal, float)
+    if "plane" in (a.kind, b.kind):
+        plane, other = (a, b) if a.kind == "plane" else (b, a)
+        n = np.asarray(plane.shape.normal, float)
         n = n / np.linalg.norm(n)
-        return float(plane[3].offset) - _interval(other, n)[0] > tol
-    ua, ub = _axes(a), _axes(b)
-    candidates = ua + ub + [np.cross(u, v) for u, v in itertools.product(ua, ub)] + [b[1] - a[1]]
+        return float(plane.shape.offset) - _interval(other, n)[0] > tol
+    ua, ub = a.axes, b.axes
+    candidates = ua + ub + [np.cross(u, v) for u, v in itertools.product(ua, ub)] + [b.centre - a.centre]
     for n in candidates:
         size = np.linalg.norm(n)
         if size < 1e-9:
@@ -74,11 +83,3 @@ def may_overlap(a, b, tol):
         if min(hi_a - lo_b, hi_b - lo_a) <= tol:
             return False
     return True
-
-
-def body_pose(q, dim):
-    """(p (3,), R (3, 3)) of a body from its coordinates q (3D: position and quaternion; planar: x, y, theta)."""
-    q = np.asarray(q, float)
-    if dim == 3:
-        return q[:3], rot.to_matrix(rot.normalize(q[3:7]))
-    return np.array([q[0], q[1], 0.0]), rot.rotation_z(q[2])
