@@ -12,6 +12,7 @@ from ._validate import host_numpy
 def multiply(a, b):
     """The Hamilton product a * b of (..., 4) quaternions."""
     xp = host_numpy(a, b)
+    a, b = xp.asarray(a), xp.asarray(b)
     aw, av = a[..., :1], a[..., 1:]
     bw, bv = b[..., :1], b[..., 1:]
     w = aw * bw - xp.sum(av * bv, -1, keepdims=True)
@@ -22,6 +23,7 @@ def multiply(a, b):
 def to_matrix(q):
     """(..., 3, 3) the rotation matrix of a unit quaternion (..., 4); numpy for concrete q (`host_numpy`)."""
     xp = host_numpy(q)
+    q = xp.asarray(q)
     w, x, y, z = q[..., 0], q[..., 1], q[..., 2], q[..., 3]
     return xp.stack(
         [
@@ -53,7 +55,9 @@ def rate_matrix(q):
 
 def normalize(q):
     """q / |q|; |q| is bounded away from 0 for every quaternion a step produces (numpy for concrete q)."""
-    return q / host_numpy(q).linalg.norm(q, axis=-1, keepdims=True)
+    xp = host_numpy(q)
+    q = xp.asarray(q)
+    return q / xp.linalg.norm(q, axis=-1, keepdims=True)
 
 
 def conjugate(q):
@@ -100,6 +104,7 @@ def rotation_angle(a, b):
 def rotation_z(theta):
     """(..., 3, 3) the rotation by theta about the z axis (planar bodies; numpy for concrete theta)."""
     xp = host_numpy(theta)
+    theta = xp.asarray(theta)
     c, s = xp.cos(theta), xp.sin(theta)
     zero, one = xp.zeros_like(c), xp.ones_like(c)
     return xp.stack([xp.stack([c, -s, zero], -1), xp.stack([s, c, zero], -1), xp.stack([zero, zero, one], -1)], -2)

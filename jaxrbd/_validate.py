@@ -93,7 +93,9 @@ def host_numpy(*values):
 
     Models are built with it on the host: numpy arithmetic on concrete numbers
     compiles nothing, where each eager jax.numpy operation compiles a small XLA
-    program the first time it meets a shape.
+    program the first time it meets a shape. Callers take their inputs through
+    `xp.asarray`: a concrete JAX array closed over by a `jit`ted function is then read
+    on the host, where each jax.numpy operation on it would be staged into the trace.
     """
     return jnp if is_traced(*values) else np
 

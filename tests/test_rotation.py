@@ -247,3 +247,23 @@ def test_tumbling_bodies_landing_never_gain_energy(scheme, law):
     assert np.all(np.asarray(traj.stats.converged))
     assert np.max(np.diff(energy)) <= 1e-12 * energy[0]
     assert energy[-1] < 0.2 * energy[0]  # they landed and came to rest (friction and inelastic impacts)
+
+
+def test_the_rotation_helpers_take_numpy_and_concrete_or_traced_jax_arrays_alike():
+    """The helpers compute with numpy for concrete inputs (a scene builds without compiling) and with jax.numpy
+    for traced ones; a concrete JAX array closed over by a jitted function (a scene's state) gives the same."""
+    q = np.array([0.9, 0.3, -0.2, 0.25]) / np.linalg.norm([0.9, 0.3, -0.2, 0.25])
+    p = np.array([0.1, -0.4, 0.3, 0.2]) / np.linalg.norm([0.1, -0.4, 0.3, 0.2])
+    scene = rbd.scenes.cube_toss()
+    on_host = (rot.to_matrix(q), rot.multiply(q, p), rot.normalize(2 * q), rot.rotation_z(0.3))
+    on_host += (scene.bodies.poses(np.asarray(scene.state.q))[1],)
+    closed = jnp.asarray(q), jnp.asarray(p), scene.state.q
+
+    @jax.jit
+    def inside(x):  # the closed-over arrays are concrete inside the trace, x is traced
+        q, p, state_q = closed
+        rotations = (rot.to_matrix(q) + 0 * x, rot.multiply(q, p), rot.normalize(2 * q), rot.rotation_z(0.3 + x))
+        return rotations + (scene.bodies.poses(state_q)[1],)
+
+    for got, want in zip(inside(0.0), on_host, strict=True):
+        np.testing.assert_allclose(np.asarray(got), want, rtol=0, atol=1e-15)

@@ -245,7 +245,7 @@ class BodyModel:
     def poses(self, q):
         """(nb + 1, 3) positions and (nb + 1, 3, 3) rotations; the last is the world (numpy for concrete q)."""
         xp = host_numpy(q)
-        qb = self._per_body(q, self.nq_body)
+        qb = self._per_body(xp.asarray(q), self.nq_body)
         if self.dim == 3:
             p, R = qb[:, :3], rot.to_matrix(rot.normalize(qb[:, 3:]))
         else:
