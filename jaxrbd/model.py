@@ -8,6 +8,7 @@ contact normals n_j = G^T grad f_j, the Coriolis/centrifugal term k(q, v) and
 the polyhedral friction directions.
 """
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -220,7 +221,22 @@ class System(eqx.Module):
 
     def ncontacts(self, q):
         """The number nc of contacts in a step (static)."""
-        return jax.eval_shape(self.contacts, q).gap.shape[0]
+        return self.contact_shapes(q).gap.shape[0]
+
+    def contact_shapes(self, q):
+        """The shapes and dtypes of the contact record at a q of q's type (`jax.eval_shape` of `contacts`).
+
+        Traced once per system and type of q: `simulate`'s checks, its options and its
+        solver choice read it, before the step traces the contacts themselves.
+        """
+        key = jax.typeof(q)
+        if key not in self._contact_shapes:
+            self._contact_shapes[key] = jax.eval_shape(self.contacts, q)
+        return self._contact_shapes[key]
+
+    @functools.cached_property
+    def _contact_shapes(self):  # not a field: a rebuilt or transformed system starts without it
+        return {}
 
     def coefficients(self, q):
         """((nc,) mu, (nc,) restitution) of the contacts at q (restitution 0 when none was given)."""
@@ -295,12 +311,12 @@ def check_system(system, state):
         check_value("system.mu", system.mu, nonnegative=True)
         system.bodies.check(system.params, q)
         return
-    nc = system.mu.shape[-1]
-    if system.collide is not None:
-        nc = system.ncontacts(q)
+    # A system with `collide` derives its gaps and tangents from the contact record, traced once here; for the
+    # others they are the user's functions, each checked.
+    record = None if system.collide is None else system.contact_shapes(q)
+    nc = system.mu.shape[-1] if record is None else record.gap.shape[0]
     shapes = {
         "mass_matrix": (jax.eval_shape(system.M, q).shape, (v.shape[0], v.shape[0])),
-        "gaps": (jax.eval_shape(lambda q: system.gaps(q, system.params), q).shape, (nc,)),
         "kinematics": (jax.eval_shape(system.G, q).shape, (q.shape[0], v.shape[0])),
         "potential": (jax.eval_shape(lambda q: system.potential(q, system.params), q).shape, ()),
         "external_force": (
@@ -308,6 +324,8 @@ def check_system(system, state):
             v.shape,
         ),
     }
+    if record is None:
+        shapes["gaps"] = (jax.eval_shape(lambda q: system.gaps(q, system.params), q).shape, (nc,))
     for name, (got, want) in shapes.items():
         if got != want:
             raise ValueError(
@@ -325,7 +343,10 @@ def check_system(system, state):
         check_value("system.restitution", system.restitution, unit_interval=True)
     if system.bodies is not None:
         system.bodies.check(system.params, q)
-    T = jax.eval_shape(lambda q: system.tangents(q, system.params), q).shape
+    if record is None:
+        T = jax.eval_shape(lambda q: system.tangents(q, system.params), q).shape
+    else:
+        T = (nc, record.tangents, v.shape[0])
     if len(T) != 3 or T[0] != nc or T[1] not in (1, 2) or T[2] != v.shape[0]:
         raise ValueError(f"system.tangents returns shape {T}, expected ({nc}, 1 or 2, {v.shape[0]})")
     if T[1] == 2 and system.friction is None and system.directions < 3:

@@ -19,7 +19,7 @@ class LineCone(_SmoothCone):
 
 def _smooth_cone(system, q):
     """The exact smooth cone that scores a step: the system's own when smooth, else Coulomb's law with its tangents."""
-    contacts = jax.eval_shape(system.contacts, q)
+    contacts = system.contact_shapes(q)
     cone = default_cone(system, contacts)
     if isinstance(cone, _SmoothCone) and not getattr(cone, "polyhedral", None):
         return cone
