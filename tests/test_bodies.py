@@ -239,7 +239,7 @@ def test_quaternions_stay_unit_over_ten_thousand_steps():
     assert np.abs(w[:, 0]).max() > 1.0  # the middle axis is unstable: the gyroscopic term acts
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_vmap_over_mu_equals_the_loop():
     mus = jnp.array([0.1, 0.3, 0.7])
 

@@ -421,7 +421,7 @@ def _heavy_ball_on_a_light_one():
     return b.build()
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_contact_sweeps_gradient_of_a_heavy_ball_on_a_light_one():
     """The mass gradient of the scene above through `ContactSweeps` (Anitescu-Potra, 20 steps).
 
@@ -556,7 +556,7 @@ def _light_box_draw():
     return _with_arrays(d)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_light_box_under_a_heavy_stack_converges():
     """A 1 g box landing at 2.3 m/s with a 32 kg box and an 11 kg capsule stacked on it (Stewart-Trinkle).
 
@@ -699,7 +699,7 @@ def test_the_light_box_step_that_lemke_and_newton_leave_unsolved_is_solved_on_it
     assert float(solved.residual) <= 1e-10
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_contact_sweeps_dense_fallback_solves_a_box_with_a_ball_on_it_beside_a_heavy_capsule():
     """Step 80 of a `mixed6` draw, Stewart-Trinkle on `ContactSweeps`: a 1 kg box, a 1.2 kg ball on it, a 99 kg capsule beside.
 

@@ -243,7 +243,7 @@ def _located(h, steps):
     return jax.jit(jax.vmap(lambda drop: run(drop, 0.0).q[:, 2] - RADIUS)), jax.jit(run)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_located_newton_impact_is_continuous_in_the_drop_height_and_second_order_in_flight():
     """Newton(locate=True): the bounce starts where the contact closes within the step.
 

@@ -297,7 +297,7 @@ TURNING_ARM = """<mujoco model="turning arm">
 </mujoco>"""
 
 
-@pytest.mark.slow  # MuJoCo beside two rollouts of their own
+@pytest.mark.long
 def test_armature_on_joints_carried_by_turning_bodies_moves_like_mujoco():
     """A yaw hinge carries a pitch hinge, which carries a slide along the arm (with a spring), all with armature
     and damping, spun at 5 and 2 rad/s and 0.5 m/s, beside MuJoCo's Euler over 1 s. The armature's momentum

@@ -228,7 +228,7 @@ def test_constant_motor_torque_on_a_wheel_gives_tau_over_I_and_forces_F_over_m()
     np.testing.assert_allclose(np.asarray(traj.v[:, SLIDER_VZ + 1 :]), 0.0, atol=1e-12)
 
 
-@pytest.mark.slow  # the backward pass compiles in ~40 s of CPU
+@pytest.mark.long
 def test_final_angle_gradient_wrt_the_torque_log_matches_finite_differences():
     t = jnp.linspace(0.0, 6.0, STEPS)
     u = jnp.stack([0.2 * jnp.sin(t), 0.1 * jnp.cos(t), jnp.zeros_like(t)], -1)

@@ -57,7 +57,7 @@ def test_free_pendulum_keeps_its_joint_with_projection_and_drifts_without():
     assert violation[False] > 1e3 * violation[True]
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_a_swinging_pendulum_keeps_its_energy_without_drift():
     """The joint rows J v+ + (h / 2) d^2 g / dt^2 = 0 make v+ tangent at the step's midpoint, so the joint's impulse
     turns the velocity without shortening it. A pendulum released from 1 rad then keeps its energy within a band of
@@ -76,7 +76,7 @@ def test_a_swinging_pendulum_keeps_its_energy_without_drift():
         assert abs(drift) <= 1e-4
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_pendulum_period_converges_to_the_exact_one():
     theta0 = 0.1
     exact = _exact_period(theta0)
@@ -130,7 +130,7 @@ def test_chain_rests_on_the_ground():
     assert traj.impulses.joint.shape == (100, 12)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_pendulum_gradients_match_central_differences():
     """d(state after 1 s)/d(length, mass); the bob's inertia is fixed so that the mass matters."""
     h, steps = 0.005, 200

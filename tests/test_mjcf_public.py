@@ -258,7 +258,7 @@ def _drop(source, step=STEP, **load):
     return ours, touching, _our_touching(scene, traj, stride), deepest, first, dt, (scene, traj)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_the_ant_falls_onto_the_floor_like_mujoco():
     """Gymnasium's ant, dropped from 1 m (its own start pose, lifted 0.45 m), its hips and ankles with the file's
     damping and armature (1 each): within 1 cm of MuJoCo until MuJoCo's first contact, then the same bodies (its
@@ -381,7 +381,7 @@ def _stack_run(duration):
     return traj, mujoco_run, _our_touching(scene, traj, 1), error, landing
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_a_packed_stack_of_mesh_boxes_lands_like_mujoco():
     """MuJoCo's stacked_boxes.xml (its multi-CCD test file): 18 cube meshes of 10 cm, two layers of 3 x 3 packed
     face to face, released 5 cm above a box floor, with gravity (-4, 4, -10) tilted towards two box walls 5 cm away

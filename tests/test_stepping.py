@@ -144,7 +144,7 @@ def _check_vmap_over_mu_matches_loop(mus, dt, steps):
         np.testing.assert_allclose(np.asarray(batched[i]), np.asarray(run(mu)), rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_vmap_over_mu_matches_loop():
     _check_vmap_over_mu_matches_loop(jnp.linspace(0.05, 1.5, 8), dt=0.005, steps=120)
 

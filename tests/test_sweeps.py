@@ -201,7 +201,7 @@ def test_sphere_grid_matches_the_dense_step(rollout):
     np.testing.assert_allclose(traj.q[-1, 2::7], 0.1, atol=1e-12)  # at rest on the table
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_four_balls_match_the_dense_step(rollout):
     """P2: seven contacts that share balls (several colours, 100 sweeps per step)."""
     traj = _agree(rollout, rbd.scenes.four_balls(), 0.005, 200, 1e-9)
