@@ -154,8 +154,9 @@ def test_p3_gradient_matches_exact_derivative():
     np.testing.assert_allclose(d_er, -2.5 * G * 0.2 * 0.5, rtol=EXACT_RTOL)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("case", ["apex", "zero_slip"])
+@pytest.mark.parametrize(
+    "case", [pytest.param("apex", marks=pytest.mark.slow), pytest.param("zero_slip", marks=pytest.mark.long)]
+)
 def test_smooth_cone_gradients_finite_at_degenerate_points(case):
     """At the cone apex (a contact with c_n = 0) and at zero slip (sticking), gradients are finite."""
 

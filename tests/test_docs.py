@@ -41,8 +41,15 @@ def test_every_guide_page_has_an_example():
     assert [p.name for p in GUIDES if not python_blocks(p)] == []
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("page", GUIDES, ids=lambda p: p.stem)
+# The four heaviest pages (three to five minutes of one core each) run with the long set.
+LONG_GUIDES = ("identification", "impacts", "joints", "robots")
+
+
+@pytest.mark.parametrize(
+    "page",
+    [pytest.param(p, marks=pytest.mark.long if p.stem in LONG_GUIDES else pytest.mark.slow) for p in GUIDES],
+    ids=lambda p: p.stem,
+)
 def test_guide_examples_run(page, tmp_path):
     _run_page(page, tmp_path)
 

@@ -128,8 +128,13 @@ ENERGY_SCENES = {
 }
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("name", list(ENERGY_SCENES))
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(n, marks=pytest.mark.slow if n == "spinning ball with friction" else pytest.mark.long)
+        for n in ENERGY_SCENES
+    ],
+)
 def test_poisson_never_gains_kinetic_energy_across_an_impact(name):
     make, dt, steps = ENERGY_SCENES[name]
     scene = make()

@@ -336,8 +336,15 @@ def _wheel_between_stops(omega0, e, dim=3):
     return b.build()
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("dim, law", [(3, rbd.Newton()), (2, rbd.Newton()), (3, rbd.Poisson())], ids=repr)
+@pytest.mark.parametrize(
+    "dim, law",
+    [
+        pytest.param(3, rbd.Newton(), marks=pytest.mark.slow),
+        pytest.param(2, rbd.Newton(), marks=pytest.mark.slow),
+        pytest.param(3, rbd.Poisson(), marks=pytest.mark.long),
+    ],
+    ids=repr,
+)
 def test_restitution_at_a_stop_reverses_the_rate_times_e(dim, law):
     e, omega0, steps = 0.5, 2.0, 600
     scene = _wheel_between_stops(omega0, e, dim)

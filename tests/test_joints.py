@@ -40,7 +40,7 @@ def _swing(h, steps, project):
     )
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_free_pendulum_keeps_its_joint_with_projection_and_drifts_without():
     violation = {}
     constraint = rbd.scenes.pendulum(LENGTH, theta0=0.5).system.constraint
@@ -92,10 +92,13 @@ def test_pendulum_period_converges_to_the_exact_one():
     assert all(e <= h for e, h in zip(errors, (0.01, 0.005, 0.0025), strict=True))
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     "law",
-    [rbd.Newton(), rbd.Poisson(), rbd.Poisson(expedient=True)],
+    [
+        pytest.param(rbd.Newton(), marks=pytest.mark.slow),
+        pytest.param(rbd.Poisson(), marks=pytest.mark.long),
+        pytest.param(rbd.Poisson(expedient=True), marks=pytest.mark.long),
+    ],
     ids=repr,
 )
 def test_pendulum_strikes_the_wall_and_rebounds_with_e(law):
@@ -117,7 +120,7 @@ def test_pendulum_strikes_the_wall_and_rebounds_with_e(law):
     assert float(traj.q[:, 0].min()) >= -1e-8  # never inside the wall
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_chain_rests_on_the_ground():
     scene = rbd.scenes.chain(5)
     traj = rbd.simulate(*scene, dt=0.01, steps=100)

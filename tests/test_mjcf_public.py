@@ -286,7 +286,7 @@ def test_the_hopper_falls_onto_the_floor_like_mujoco():
             assert touching[k] == {"foot", "leg"} and deepest[k] < -LEG_CLEARANCE, (k * dt, deepest[k])
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_the_inverted_double_pendulum_falls_like_mujoco():
     """Gymnasium's cart with a double pendulum, released 0.1 rad from upright, with the file's joint damping
     (0.05, its joints' dampers): within 1 cm of MuJoCo over 0.5 s, and closer to MuJoCo than MuJoCo without
