@@ -55,7 +55,7 @@ def test_the_command_line_names_a_bad_parameter_or_control_column(arm_files, tmp
     assert re.search(message, capsys.readouterr().err)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_the_command_line_fits_the_arm_from_mujoco_logs(arm_files, tmp_path):
     """`jaxrbd fit log0.csv log1.csv log2.csv --scene arm.xml --fit ... --controls ...`: the three 2-second logs
     of the API's fit; each parameter within 2% of MuJoCo's and inside its 95% interval in fit.json."""

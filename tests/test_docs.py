@@ -41,8 +41,8 @@ def test_every_guide_page_has_an_example():
     assert [p.name for p in GUIDES if not python_blocks(p)] == []
 
 
-# The four heaviest pages (three to five minutes of one core each) run with the long set.
-LONG_GUIDES = ("identification", "impacts", "joints", "robots")
+# The heaviest pages (two to five minutes of one core each) run with the long set.
+LONG_GUIDES = ("cli", "identification", "impacts", "joints", "mjcf", "robots")
 
 
 @pytest.mark.parametrize(

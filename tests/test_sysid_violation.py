@@ -146,7 +146,7 @@ def _seconds_per_evaluation(fn, data, repeats=20):
     return (time.perf_counter() - start) / repeats
 
 
-@pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_violation_loss_beside_the_rollout_loss(capsys):
     """Accuracy and cost after compilation of both losses on the same block data (printed; the identification guide quotes them)."""
