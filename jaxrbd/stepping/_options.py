@@ -75,9 +75,9 @@ class StepOptions(eqx.Module):
         if not isinstance(project_joints, bool):
             raise TypeError(f"project_joints must be True or False, got {project_joints!r}")
         check_value("grad_smoothing", grad_smoothing, shape=(), nonnegative=True)
-        if cone is None and system.friction is None:  # the default fits the contacts' tangents by construction
+        cone = system.friction if cone is None else cone
+        if cone is None:  # the default fits the contacts' tangents by construction
             cone = default_cone(system, system.contact_shapes(state.q))
         else:
-            cone = system.friction if cone is None else cone
             jax.eval_shape(lambda q: system.contacts(q).friction_rows(cone.dim), state.q)  # a clear error on a mismatch
         return cls(dt, scheme, cone, impact, grad_smoothing, project_joints)
