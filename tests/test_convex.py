@@ -256,6 +256,31 @@ def test_sphere_and_capsule_mesh_gaps_match_brute_force(poses):
     _check_against(gc, np.array(ref_c), "capsule-mesh")
 
 
+@pytest.mark.slow
+def test_a_hull_pressed_into_a_box_keeps_its_deepest_vertex():
+    """A flat hull of 15 points pressed 2 mm into a wide box's top in 400 orientations: the least gap is -2 mm
+    (the penetration depth) and its point lies over the lowest vertex, also where the vertex is not on the
+    incident face (the hull's face most anti-parallel to the top), as in 15 of these orientations."""
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(15, 3))
+    V = 0.1 * x / np.linalg.norm(x, axis=1, keepdims=True) * np.array([1.6, 1.0, 0.5])
+    H = geometry.hull(V)
+    Rb = _rotations(np.random.default_rng(2), POSES)
+    Vw = np.einsum("nij,vj->nvi", Rb, H["vertices"])
+    low = np.argmin(Vw[..., 2], 1)
+    lowest = Vw[np.arange(POSES), low]
+    incident = np.argmin(np.einsum("nij,fj->nfi", Rb, H["normals"])[..., 2], 1)
+    on_face = [np.any(np.all(np.isclose(H["faces"][f], H["vertices"][v]), -1)) for f, v in zip(incident, low)]
+    assert POSES - sum(on_face) == 15
+    depth, top = 0.002, 0.1
+    pb = np.array([0.0, 0.0, top - depth]) - lowest
+    a, b = _arrays(rbd.Box((0.5, 0.5, top))), _arrays(rbd.ConvexMesh(V))
+    gap, _, point = _batch(geometry.box_mesh, a, b, np.zeros((POSES, 3)), np.broadcast_to(np.eye(3), Rb.shape), pb, Rb)
+    k = np.argmin(np.asarray(gap), 1)
+    np.testing.assert_allclose(np.asarray(gap).min(1), -depth, atol=EXACT)
+    np.testing.assert_allclose(np.asarray(point)[np.arange(POSES), k, :2], (lowest + pb)[:, :2], atol=EXACT)
+
+
 def test_plane_mesh_takes_the_lowest_vertices():
     m = _arrays(rbd.ConvexMesh(BLOB))
     R = np.asarray(rot.to_matrix(jnp.array([0.9, 0.2, -0.3, 0.1]) / np.linalg.norm([0.9, 0.2, -0.3, 0.1])))

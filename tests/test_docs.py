@@ -42,7 +42,7 @@ def test_every_guide_page_has_an_example():
 
 
 # The heaviest pages (two to five minutes of one core each) run with the long set.
-LONG_GUIDES = ("cli", "identification", "impacts", "joints", "mjcf", "robots")
+LONG_GUIDES = ("bodies", "cli", "identification", "impacts", "joints", "lcp", "mjcf", "robots")
 
 
 @pytest.mark.parametrize(

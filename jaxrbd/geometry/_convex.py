@@ -34,10 +34,15 @@ Narrow phase (each pair function has the signature of `_pairs`):
   the incident face (the most anti-parallel face of the other shape) clipped to
   the reference face: incident vertices inside the reference prism, reference
   vertices inside the incident face (at the incident face's height), and the
-  crossings of the incident edges with the reference sides, in fixed arrays
-  with a mask; 4 kept by the widest spread (`_boxes._spread`), each gap the
+  crossings of the incident edges with the reference sides, and the 4 lowest
+  vertices of the other shape inside the reference prism (on a hull of many
+  small faces the deepest vertex need not lie on the incident face), in fixed
+  arrays with a mask; 4 kept by the widest spread (`_boxes._spread`), each gap the
   height of its point above the reference plane. An edge axis: the closest
-  points of the two supporting edges (in all 4 slots). Separated: the exact
+  points of the two supporting edges in slot 0, and in slots 1-3 the points 2
+  to 4 of the better face axis' manifold, their depths bounded by the
+  penetration depth (a hull pivoting on an edge turns onto a face within the
+  step, and those are the points about to touch). Separated: the exact
   distance (vertex-face projections inside the face, and every edge pair)
   replaces the slots whose gap is not a distance (`_boxes._with_exact`).
 
@@ -56,6 +61,7 @@ from ._boxes import _NONE, _TINY, _cross_axes, _edge_wins, _norm, _segment_param
 _BIAS = 1e-9  # as in _boxes: the preference of a face of A, then of B, then of an edge, times the size
 _TIE = 1e-9  # depths within this times the size are tied in the choice of the first point
 _INSIDE = 1e-9  # point-in-polygon tolerance, times the edge length and the size
+_LOWEST = 4  # the lowest vertices of the incident polytope inside the reference prism join a face manifold
 _COPLANAR = 1e-9  # hull triangles whose planes agree to this times the size form one face
 _MESH_KEYS = ("vertices", "normals", "offsets", "faces", "edges", "directions")
 
@@ -340,6 +346,13 @@ def _face_manifold(Ref, k, Inc, size):
     P3 = P3.reshape(-1, 3)
     points.append(P3)
     valid.append((okd & (tt >= 0) & (tt <= 1)).reshape(-1) & _in_polygon(P3, poly, n_r, tol))
+    # The lowest vertices of Inc inside the reference prism: on a hull of many small faces the deepest vertex
+    # need not lie on the incident face (a hull pivoting on one vertex of its incident face had another
+    # vertex 6.8 mm inside a box with no contact there).
+    inside = _in_polygon(Inc["V"], poly, n_r, tol)
+    _, low = jax.lax.top_k(-jnp.where(inside, Inc["V"] @ n_r, jnp.inf), min(_LOWEST, Inc["V"].shape[0]))
+    points.append(Inc["V"][low])
+    valid.append(inside[low])
     P = jnp.concatenate(points)
     valid = jnp.concatenate(valid)
     valid = jnp.where(jnp.any(valid), valid, jnp.arange(P.shape[0]) < ipoly.shape[0])
@@ -387,10 +400,16 @@ def _polytopes(A, B, dim):
     cb, ub, lb = _support_edge(B, B["U"][ke % Eb], n_e, -1.0)
     s, t = _segment_params(ca, ua, la, cb, ub, lb)
     xa, xb = ca + s * ua, cb + t * ub
-    gap_e = jnp.broadcast_to((xb - xa) @ n_e, (4,))
-    gap = jnp.where(on_edge, gap_e, gap_f)
-    n = jnp.where(on_edge, n_e, jnp.broadcast_to(n_f, (4, 3)))
-    x = jnp.where(on_edge, 0.5 * (xa + xb), x_f)
+    # An edge-edge axis keeps the edge contact in slot 0 and the face manifold's points 2 to 4 (its deepest
+    # lies by the edge contact): a polytope pivoting on an edge turns face to face within a step, and those
+    # points are the ones about to touch (with the edge contact alone a hull rocking on a box's edge sank
+    # 1.9 mm in a step). A point of one polytope inside the other is never deeper than the penetration depth
+    # (the edge axis' overlap), which bounds their depths.
+    n_f = jnp.broadcast_to(n_f, (4, 3))
+    gap_fe = jnp.maximum(gap_f[1:], sep_e[ke])
+    gap = jnp.where(on_edge, jnp.concatenate([((xb - xa) @ n_e)[None], gap_fe]), gap_f)
+    n = jnp.where(on_edge, jnp.concatenate([n_e[None], n_f[1:]]), n_f)
+    x = jnp.where(on_edge, jnp.concatenate([(0.5 * (xa + xb))[None], x_f[1:]]), x_f)
     separated = jnp.maximum(jnp.maximum(jnp.max(sep_a), jnp.max(sep_b)), jnp.max(sep_e)) > 0
     dist, wa, wb, n_star = _mesh_distance(A, B, size)
     return _with_exact(gap, n, x, separated, dist, n_star, 0.5 * (wa + wb), size)[:3]
