@@ -281,6 +281,25 @@ def test_a_hull_pressed_into_a_box_keeps_its_deepest_vertex():
     np.testing.assert_allclose(np.asarray(point)[np.arange(POSES), k, :2], (lowest + pb)[:, :2], atol=EXACT)
 
 
+@pytest.mark.slow
+def test_a_padded_mesh_gets_the_same_contacts(poses):
+    """A hull of 7 vertices padded to a hull of 13's counts (a scene or a batch holding both), against a plane
+    and a box in 400 poses: the same contacts as unpadded. The padding repeats the first vertex, and the
+    4 lowest had taken it several times (a dropped hull then sank 16 mm into the floor)."""
+    small, large = _random_mesh(30, 7), _random_mesh(43, 13)
+    keys = ("vertices", "normals", "offsets", "faces", "edges", "directions")
+    arrays = [{k: np.asarray(v) for k, v in rbd.ConvexMesh(m).arrays().items()} for m in (small, large)]
+    padded = dict(arrays[0], **geometry.pad_meshes([{k: a[k] for k in keys} for a in arrays])[0])
+    assert padded["vertices"].shape[0] > arrays[0]["vertices"].shape[0]
+    plain, padded = ({k: jnp.asarray(v, float) for k, v in a.items()} for a in (arrays[0], padded))
+    P = dict(poses, pb=poses["pb"] + [0.0, 0.0, 0.1])
+    plane, box = _arrays(rbd.Plane()), _arrays(rbd.Box((0.3, 0.3, 0.15)))
+    for fn, other in ((geometry.plane_mesh, plane), (geometry.box_mesh, box)):
+        ours = [_batch(fn, other, mesh, P["pa"], P["Ra"], P["pb"], P["Rb"]) for mesh in (plain, padded)]
+        for x, y in zip(*ours):
+            np.testing.assert_allclose(np.asarray(y), np.asarray(x), atol=EXACT)
+
+
 def test_plane_mesh_takes_the_lowest_vertices():
     m = _arrays(rbd.ConvexMesh(BLOB))
     R = np.asarray(rot.to_matrix(jnp.array([0.9, 0.2, -0.3, 0.1]) / np.linalg.norm([0.9, 0.2, -0.3, 0.1])))

@@ -311,6 +311,14 @@ def _mesh_distance(A, B, size):
     return dist[k], wa[k], wb[k], n
 
 
+def _distinct(V):
+    """(v,) whether each vertex differs from every earlier one: a padded mesh repeats its first vertex
+    (`pad_meshes`), and a choice of the lowest few must not take a vertex twice (the 4 lowest of a hull of
+    7 vertices padded to 13 were one vertex 4 times, and the hull sank 16 mm into the floor)."""
+    same = jnp.all(V[:, None, :] == V[None, :, :], -1)
+    return ~jnp.any(jnp.tril(same, -1), 1)
+
+
 def _plane_frame(n):
     """Two unit vectors spanning the plane normal to n (used to order points, not differentiated)."""
     n = jax.lax.stop_gradient(n)
@@ -349,7 +357,7 @@ def _face_manifold(Ref, k, Inc, size):
     # The lowest vertices of Inc inside the reference prism: on a hull of many small faces the deepest vertex
     # need not lie on the incident face (a hull pivoting on one vertex of its incident face had another
     # vertex 6.8 mm inside a box with no contact there).
-    inside = _in_polygon(Inc["V"], poly, n_r, tol)
+    inside = _in_polygon(Inc["V"], poly, n_r, tol) & _distinct(Inc["V"])
     _, low = jax.lax.top_k(-jnp.where(inside, Inc["V"] @ n_r, jnp.inf), min(_LOWEST, Inc["V"].shape[0]))
     points.append(Inc["V"][low])
     valid.append(inside[low])
@@ -443,8 +451,9 @@ def plane_mesh(a, b, dim):
     n, d = a["normal"], a["offset"]
     gaps = V @ n - d
     tie = _TIE * jax.lax.stop_gradient(M["radius"])
-    low, lowest = jax.lax.top_k(-gaps, 4)
-    tied = gaps <= tie - low[3]
+    distinct = _distinct(V)
+    low, lowest = jax.lax.top_k(-jnp.where(distinct, gaps, jnp.inf), 4)
+    tied = distinct & (gaps <= tie - low[3])
     # More than 4 vertices down to the fourth's height: the widest 4 of them; else the 4 lowest (the spread
     # of 4 points can skip one inside the triangle of the others).
     idx = jnp.where(jnp.sum(tied) > 4, _spread(V @ _plane_frame(n).T, gaps, tied, tie), lowest)
