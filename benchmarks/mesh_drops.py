@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jaxrbd as rbd
+from jaxrbd import _rotation as rot
 from jaxrbd import geometry
 
 TABLE = np.array([0.3, 0.3, 0.15])  # the table's half extents; it stands on the floor at the origin
@@ -69,15 +70,7 @@ def stacked(scenes):
 
 def depths(q, points, table):
     """(steps + 1,) the deepest vertex's penetration at each step (0 where none penetrates)."""
-    w, x, y, z = q[:, 3:7].T  # unit quaternions, scalar first
-    R = np.stack(
-        [
-            np.stack([1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)], -1),
-            np.stack([2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)], -1),
-            np.stack([2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)], -1),
-        ],
-        -2,
-    )
+    R = np.asarray(jax.vmap(rot.to_matrix)(jnp.asarray(q[:, 3:7])))
     V = q[:, None, :3] + np.einsum("tij,vj->tvi", R, points)
     floor = -V[..., 2]
     if not table:
