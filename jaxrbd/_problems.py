@@ -15,6 +15,11 @@ def _symmetric(dM):
     return 0.5 * (dM + jnp.matrix_transpose(dM))
 
 
+def _transposed(A, x):
+    """A^T x, contracting A's first axis in place: `A.T @ x` copied the (nv, n) matrix A in each line-search step."""
+    return jnp.tensordot(A, x, axes=(0, 0))
+
+
 # The Delassus part U M^{-1} U^T z and v+ are evaluated from the cached X = L^{-1} U^T and
 # L^{-1}, and differentiated with respect to U^T and M directly, by rules that ignore the
 # caches' tangents: d(M^{-1} r) = M^{-1} (dr - dM M^{-1} r). The reverse pass then takes
@@ -27,7 +32,7 @@ def _symmetric(dM):
 def _delassus_product(Ut, M, L_inv, X, z):
     """U M^{-1} U^T z = X^T (X z); its derivative with respect to U^T, M and z (not the caches L_inv, X)."""
     del Ut, M, L_inv
-    return X.T @ (X @ z)
+    return _transposed(X, X @ z)
 
 
 @_delassus_product.defjvp
@@ -37,7 +42,7 @@ def _delassus_product_jvp(primals, tangents):
     Xz = X @ z
     s = L_inv.T @ Xz  # M^{-1} U^T z
     dr = dUt @ z + Ut @ dz - _symmetric(dM) @ s
-    return X.T @ Xz, dUt.T @ s + X.T @ (L_inv @ dr)
+    return _transposed(X, Xz), _transposed(dUt, s) + _transposed(X, L_inv @ dr)
 
 
 @jax.custom_jvp
@@ -63,10 +68,11 @@ class Delassus(eqx.Module):
     rows mu c_n - E^T beta, 004 §3.2) and the unit diagonal of the masked rows. The
     Newton direction of `SemismoothNewton` uses it to solve an (nv, nv) system
     instead of an (n, n) one (`_newton.delassus_direction`), and the solvers apply A
-    as C z + X^T (X z) without forming it: the (n, n) product X^T X cost 8 us of the
-    four balls' 62 us float32 step, about what a Newton iteration's solve costs
-    (`matrix` forms it where a solver needs the entries: Lemke, the
-    Levenberg-Marquardt steps, the pseudo-inverse).
+    as C z + X^T (X z) without forming either part: the (n, n) product X^T X cost 8 us
+    of the four balls' 62 us float32 step, about what a Newton iteration's solve costs,
+    and C has O(n) nonzeros, read from the layout (a dense C z took nine tenths of the
+    humanoid's product). `matrix` forms A where a solver needs the entries: Lemke, the
+    Levenberg-Marquardt steps, the pseudo-inverse.
 
     Attributes:
         Ut: (nv, n) U^T, where U (n, nv) holds the rows [J, N, D]^T of the kept rows,
@@ -78,13 +84,14 @@ class Delassus(eqx.Module):
         L_inv: (nv, nv) L^{-1}, with M = L L^T, and
         X: (nv, n) L^{-1} U^T: U M^{-1} U^T = X^T X. Both are caches: `apply` is
             differentiated with respect to U^T and M by its own rule (`matrix` through X).
-        C: (n, n) the cone part.
         scale: (n,) the solvers' row scaling s_i = 1 / max(W_ii, max_j |C_ij|) (1 for
             a zero row), W = X^T X: the row scaling of `_newton.row_scale` with W's
             diagonal in place of its row maxima, which would take W itself. W is
             positive semidefinite, so |W_ij| <= sqrt(W_ii W_jj), and its entries
             couple only contacts on common bodies: the two agree within the ratio of
             the rows' sizes on a shared body.
+        n_free: static number of leading equality rows (ng).
+        counts: static number of friction directions of each contact.
     """
 
     Ut: jax.Array
@@ -93,30 +100,55 @@ class Delassus(eqx.Module):
     keep: jax.Array
     L_inv: jax.Array
     X: jax.Array
-    C: jax.Array
     scale: jax.Array
+    n_free: int = eqx.field(static=True)
+    counts: tuple[int, ...] = eqx.field(static=True)
 
     @property
     def U(self):
         """(n, nv) the rows [J, N, D]^T."""
         return self.Ut.T
 
+    def _rows(self, x):
+        ng, nc, nd = self.n_free, len(self.counts), sum(self.counts)
+        return x[:ng], x[ng : ng + nc], x[ng + nc : ng + nc + nd], x[ng + nc + nd :]
+
+    def _cone(self, z, sign):
+        """C z (sign = 1) or C^T z (sign = -1), from the layout: the lam column E of the friction rows, the
+        cone rows mu c_n - E^T beta and the masked rows' unit diagonal, each entry times the rows' keep."""
+        k = self.keep
+        _, kn, kb, kl = self._rows(k)
+        zg, zn, zb, zl = self._rows(z)
+        if sign > 0:  # friction rows: E lam; cone rows: mu c_n - E^T beta
+            parts = (jnp.zeros_like(zg), jnp.zeros_like(zn), kb * spread(self.counts, kl * zl))
+            parts += (kl * (self.mu * kn * zn - gather_sum(self.counts, kb * zb)),)
+        else:  # normal columns: mu y_l; friction columns: -E y_l; lam columns: E^T y_b
+            ylk = kl * zl
+            parts = (jnp.zeros_like(zg), kn * self.mu * ylk, -kb * spread(self.counts, ylk))
+            parts += (kl * gather_sum(self.counts, kb * zb),)
+        return jnp.concatenate(parts) + (1.0 - k) * z
+
+    def cone_matrix(self):
+        """(n, n) C, formed."""
+        n, dtype = self.keep.shape[-1], self.keep.dtype
+        return jax.vmap(lambda e: self._cone(e, 1), out_axes=1)(jnp.eye(n, dtype=dtype))
+
     def matrix(self):
         """(n, n) A = C + X^T X, formed."""
-        return self.C + jnp.matrix_transpose(self.X) @ self.X
+        return self.cone_matrix() + jnp.matrix_transpose(self.X) @ self.X
 
     def apply(self, z):
-        """A z = C z + X^T (X z)."""
-        return self.C @ z + _delassus_product(self.Ut, self.M, self.L_inv, self.X, z)
+        """A z = C z + X^T (X z), for z (n,)."""
+        return self._cone(z, 1) + _delassus_product(self.Ut, self.M, self.L_inv, self.X, z)
 
     def apply_transposed(self, y):
         """A^T y = C^T y + X^T (X y)."""
-        return self.C.T @ y + self.X.T @ (self.X @ y)
+        return self._cone(y, -1) + _transposed(self.X, self.X @ y)
 
     def magnitude_transposed(self, y):
         """|C|^T |y| + |X|^T (|X| |y|): a bound on the terms of `apply_transposed(y)`, for its round-off."""
         y, X = jnp.abs(y), jnp.abs(self.X)
-        return jnp.abs(self.C).T @ y + X.T @ (X @ y)
+        return jnp.abs(self._cone(y, -1)) + _transposed(X, X @ y)
 
 
 class LCP(eqx.Module):
@@ -279,6 +311,39 @@ def _direction_incidence(counts):
     return (owner[:, None] == np.arange(len(counts))[None, :]).astype(np.float64)
 
 
+def _uniform(counts):
+    """The one number of directions of every contact, or None where they differ (or there are none)."""
+    return counts[0] if counts and all(k == counts[0] for k in counts) else None
+
+
+# E x and E^T y with the layout's static indices (a repeat and a reshaped sum where every contact has
+# k directions, gathers otherwise), not products with the (nd, nc) matrix E: the humanoid's 116 x 151
+# E took a quarter of its Newton iterations' time in the block solves alone.
+
+
+def spread(counts, x):
+    """E x: each contact's row of x (nc, ...) on each of its friction directions (nd, ...)."""
+    k = _uniform(counts)
+    if k is not None:
+        return jnp.repeat(x, k, axis=0, total_repeat_length=len(counts) * k)
+    return x[np.repeat(np.arange(len(counts)), counts)]
+
+
+def gather_sum(counts, y):
+    """E^T y: each contact's sum of the rows of y (nd, ...) on its friction directions (nc, ...)."""
+    k = _uniform(counts)
+    if k is not None:
+        return jnp.sum(jnp.reshape(y, (len(counts), k) + y.shape[1:]), axis=1)
+    nd, width = sum(counts), max(counts, default=0)
+    if width == 0:
+        return jnp.zeros((len(counts),) + y.shape[1:], y.dtype)
+    # Row j of `index` lists contact j's directions, padded with nd: the zero row appended to y.
+    starts = np.cumsum((0,) + tuple(counts[:-1]))
+    index = np.where(np.arange(width) < np.asarray(counts)[:, None], starts[:, None] + np.arange(width), nd)
+    padded = jnp.concatenate([y, jnp.zeros((1,) + y.shape[1:], y.dtype)])
+    return jnp.sum(padded[index], axis=1)
+
+
 def friction_lcp(M, N, D, mu, counts, b, *, bn=None, row_active=None, J=None, bj=None, bl=None):
     """Build the friction LCP of one velocity-level time step (004 §3.2, 000 eq. (14)).
 
@@ -321,12 +386,8 @@ def friction_lcp(M, N, D, mu, counts, b, *, bn=None, row_active=None, J=None, bj
     dtype = jnp.result_type(M, N, D, b)
     J = jnp.zeros((N.shape[-2], 0), dtype) if J is None else J
     ng = J.shape[-1]
-    E = jnp.asarray(_direction_incidence(counts), dtype)
     G = jnp.concatenate([J, N, D], axis=-1)
     mu = jnp.broadcast_to(jnp.asarray(mu, dtype), (nc,))
-    lam_col = jnp.concatenate([jnp.zeros((ng + nc, nc), dtype), E], axis=0)
-    cone_row = jnp.concatenate([jnp.zeros((nc, ng), dtype), jnp.diag(mu), -E.T, jnp.zeros((nc, nc), dtype)], axis=1)
-    C = jnp.concatenate([jnp.concatenate([jnp.zeros((ng + nc + nd,) * 2, dtype), lam_col], axis=1), cone_row], axis=0)
     q = jnp.concatenate([G.T @ b, jnp.zeros((nc,), dtype)])
     if bj is not None:
         q = q.at[:ng].add(bj)
@@ -337,7 +398,6 @@ def friction_lcp(M, N, D, mu, counts, b, *, bn=None, row_active=None, J=None, bj
     keep = jnp.ones(q.shape, dtype)
     if row_active is not None:
         keep = jnp.concatenate([jnp.ones((ng,), dtype), row_active.astype(dtype)])
-        C = C * keep[:, None] * keep[None, :] + jnp.diag(1.0 - keep)
         q = q * keep + (1.0 - keep)
     Ut = jnp.concatenate([G, jnp.zeros((G.shape[0], nc), dtype)], axis=1) * keep
     # U M^{-1} U^T = X^T X with X = L^{-1} U^T, not formed (`Delassus`). For these small
@@ -346,11 +406,16 @@ def friction_lcp(M, N, D, mu, counts, b, *, bn=None, row_active=None, J=None, bj
     X = L_inv @ Ut
     # C's row maxima from the layout (a reduction over C would form it again inside the reduction).
     kn, kb, kl = keep[ng : ng + nc], keep[ng + nc : ng + nc + nd], keep[ng + nc + nd :]
-    kb_any = jnp.max(E * kb[:, None], axis=0, initial=0.0)
+    kb_any = (gather_sum(counts, kb) > 0).astype(dtype)  # a contact with a kept friction row
     c_max = jnp.concatenate(
-        [jnp.zeros((ng,), dtype), 1.0 - kn, kb * (E @ kl) + 1.0 - kb, kl * jnp.maximum(mu * kn, kb_any) + 1.0 - kl]
+        [
+            jnp.zeros((ng,), dtype),
+            1.0 - kn,
+            kb * spread(counts, kl) + 1.0 - kb,
+            kl * jnp.maximum(mu * kn, kb_any) + 1.0 - kl,
+        ]
     )
     m = jnp.maximum(jnp.sum(X * X, axis=0), c_max)
     scale = jnp.where(m > 0, 1.0 / jnp.where(m > 0, m, 1.0), 1.0)
-    lcp = LCP(None, q, ng, counts, Delassus(Ut, M, mu, keep, L_inv, X, C, scale))
+    lcp = LCP(None, q, ng, counts, Delassus(Ut, M, mu, keep, L_inv, X, scale, ng, counts))
     return FrictionLCP(lcp, M, b, N, D, J, L_inv, counts)

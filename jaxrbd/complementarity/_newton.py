@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .._problems import LCP, Delassus, _direction_incidence, natural_residual
+from .._problems import LCP, Delassus, gather_sum, natural_residual, spread
 from ._fb import fischer_burmeister, fischer_burmeister_partials
 
 ARMIJO_SIGMA = 1e-4
@@ -87,27 +87,27 @@ class _DelassusBlocks(eqx.Module):
     m: jax.Array  # (nc,) K[cone row c, normal row c]
     c: jax.Array  # (nd,) -K[cone row of j's contact, j]
     pivot: jax.Array  # (nc,) each cone row's diagonal once its contact's friction rows are eliminated
-    E: jax.Array  # (nd, nc) friction row j belongs to contact c
     ng: int = eqx.field(static=True)
+    counts: tuple[int, ...] = eqx.field(static=True)
 
     def rows(self, x):
-        return _split_rows(x, self.ng, *self.E.shape[::-1])
+        return _split_rows(x, self.ng, len(self.counts), sum(self.counts))
 
     def solve(self, R):
         """K X = R for R (n, r)."""
-        E, a, c, db = self.E, self.a, self.c, self.db
+        counts, a, c, db = self.counts, self.a, self.c, self.db
         Rg, Rn, Rb, Rl = self.rows(R)
         xn = Rn / self.dn[:, None]
-        xl = (Rl - self.m[:, None] * xn + E.T @ (c[:, None] * Rb / db[:, None])) / self.pivot[:, None]
-        xb = (Rb - a[:, None] * (E @ xl)) / db[:, None]
+        xl = (Rl - self.m[:, None] * xn + gather_sum(counts, c[:, None] * Rb / db[:, None])) / self.pivot[:, None]
+        xb = (Rb - a[:, None] * spread(counts, xl)) / db[:, None]
         return jnp.concatenate([Rg / self.dg[:, None], xn, xb, xl])
 
     def solve_transposed(self, R):
         """K^T X = R for R (n, r)."""
-        E, a, c, db = self.E, self.a, self.c, self.db
+        counts, a, c, db = self.counts, self.a, self.c, self.db
         Rg, Rn, Rb, Rl = self.rows(R)
-        xl = (Rl - E.T @ (a[:, None] * Rb / db[:, None])) / self.pivot[:, None]
-        xb = (Rb + c[:, None] * (E @ xl)) / db[:, None]
+        xl = (Rl - gather_sum(counts, a[:, None] * Rb / db[:, None])) / self.pivot[:, None]
+        xb = (Rb + c[:, None] * spread(counts, xl)) / db[:, None]
         xn = (Rn - self.m[:, None] * xl) / self.dn[:, None]
         return jnp.concatenate([Rg / self.dg[:, None], xn, xb, xl])
 
@@ -122,15 +122,13 @@ def _delassus_blocks(problem, da, db, s, eps):
     f = problem.delassus
     ng, counts = problem.n_free, problem.counts
     nc, nd = len(counts), sum(counts)
-    E = jnp.asarray(_direction_incidence(counts), da.dtype)
     beta = db * s
     k = f.keep
     diag = da + eps * db + beta * (1.0 - k)  # masked rows: C has a unit diagonal
     rows = lambda x: _split_rows(x, ng, nc, nd)
     (_, kn, kb, kl), (dg, dn, db_, dl), (_, _, bb, bl) = rows(k), rows(diag), rows(beta)
-    # Products with E and E^T (not gathers and segment sums): they batch well under vmap.
-    a = bb * kb * (E @ kl)
-    c = (E @ (bl * kl)) * kb
+    a = bb * kb * spread(counts, kl)
+    c = spread(counts, bl * kl) * kb
     return _DelassusBlocks(
         f=f,
         beta=beta,
@@ -141,9 +139,9 @@ def _delassus_blocks(problem, da, db, s, eps):
         a=a,
         m=bl * f.mu * kl * kn,
         c=c,
-        pivot=dl + E.T @ (c * a / db_),
-        E=E,
+        pivot=dl + gather_sum(counts, c * a / db_),
         ng=ng,
+        counts=counts,
     )
 
 
