@@ -127,8 +127,9 @@ class Tree:
             the tree bodies `geometry_bodies`; None without contact pairs.
         geometry_bodies: the tree body of each of the geometry's bodies.
         limits: ((joint index, side), ...): the range stops, side +1 for the lower
-            stop (gap = coordinate - lower) and -1 for the upper; they follow the
-            contacts in the record, as for `BodyModel`.
+            stop (gap = coordinate - lower) and -1 for the upper of a hinge or slide,
+            0 for a ball joint's cone (gap = upper - its rotation angle, MuJoCo's ball
+            limit); they follow the contacts in the record, as for `BodyModel`.
         actuators: ((name, joint index), ...): the order of the controls u.
         damped: whether some degree of freedom has a damper (`system.passive`).
         frictionless: the geometry's candidate contacts without friction (MuJoCo's
@@ -733,7 +734,8 @@ def _no_contacts(dtype, nv):
 
 
 def _append_stops(tree, record, q, params):
-    """The record with the range stops appended: gap = q - lower (side +1) or upper - q, normal row side e_dof."""
+    """The record with the range stops appended: gap = q - lower (side +1) or upper - q, normal row side e_dof,
+    and for a ball joint's cone (side 0) gap = upper - theta, normal row -a on its three dofs (`_cone_stop`)."""
     j = np.array([i for i, _ in tree.limits], int)
     side = np.array([s for _, s in tree.limits], float)
     a = np.array([tree.joints[i][3] for i in j], int)
@@ -741,7 +743,27 @@ def _append_stops(tree, record, q, params):
     gap = jnp.where(side > 0, q[a] - params.lower[j], params.upper[j] - q[a])
     rows = np.zeros((j.shape[0], 4, tree.nv))
     rows[np.arange(j.shape[0]), 0, d] = side
+    rows = jnp.asarray(rows, q.dtype)
+    for k in np.flatnonzero(side == 0):
+        angle, axis = _cone_stop(q[a[k] : a[k] + 4])
+        gap = gap.at[k].set(params.upper[j[k]] - angle)
+        rows = rows.at[k, 0, d[k] : d[k] + 3].set(-axis)
     return _append(tree, record, gap, rows, params.stop_restitution[j], frictional=False, dry=False)
+
+
+def _cone_stop(quat):
+    """(theta, a): the rotation angle in [0, pi] of a ball joint's quaternion and its unit axis in the child's frame.
+
+    theta = 2 atan2(|v|, |w|) and a = sign(w) v / |v|, so that d(theta)/dt = a . omega for the joint's angular
+    velocity omega (its qvel, in the child's frame: the other terms of the rotation vector's rate are normal to
+    it); MuJoCo's ball limit measures the same angle (`mju_quat2Vel`). At theta = 0, a = 0.
+    """
+    w, v = quat[0], quat[1:]
+    s2 = jnp.sum(v * v)
+    safe = jnp.where(s2 > 0, s2, 1.0)
+    sin = jnp.where(s2 > 0, jnp.sqrt(safe), 0.0)
+    sign = jnp.where(w < 0, -1.0, 1.0)
+    return 2.0 * jnp.arctan2(sin, jnp.abs(w)), jnp.where(s2 > 0, sign / jnp.sqrt(safe), 0.0) * v
 
 
 def _append(tree, record, gap, rows, value, *, frictional, dry):

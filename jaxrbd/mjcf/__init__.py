@@ -69,8 +69,9 @@ def load_mjcf(
       slide springs about `springref`, `frictionloss` as dry friction on each dof
       (a friction row bounded by frictionloss h, `scene.bodies.friction_rows()`),
       and `range` of limited hinges and slides as frictionless unilateral stops on
-      the coordinate (their impulses at the end of `traj.impulses.normal`,
-      `scene.bodies.limit_rows()`);
+      the coordinate, of limited ball joints as one stop on the rotation angle
+      (bounded by the larger range value, as MuJoCo does) (their impulses at the end
+      of `traj.impulses.normal`, `scene.bodies.limit_rows()`);
     - actuators with a joint transmission on hinges and slides, without activation
       dynamics, with a fixed gain and an affine bias (motors, position and velocity
       servos): force = gain clip(ctrl) + bias . (1, gear q, gear v), clipped to
@@ -79,8 +80,7 @@ def load_mjcf(
       same body or welded, parent and child) and explicit `<pair>` elements (their
       own friction and condim); friction per body pair by MuJoCo's rule; plane,
       sphere, capsule, box and mesh (as its convex hull) geoms.
-    Refused by name: equality constraints, limited ball
-    joints, other actuators, flexes, cylinder, ellipsoid and height-field geoms
+    Refused by name: equality constraints, other actuators, flexes, cylinder, ellipsoid and height-field geoms
     that collide. Listed in one warning: tendons, sensors, stiffness of ball and
     free joints, solref/solimp, margins, condim > 3 and fluid forces.
 

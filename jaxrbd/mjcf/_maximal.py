@@ -573,7 +573,10 @@ def load_maximal(m, *, keyframe=None, directions=8, friction=None, broadphase=No
             if jtype == FREE:
                 continue
             if jtype == BALL and m.jnt_limited[j]:
-                refuse(f"joint {joint_name(j)!r}: a limited ball joint (jaxrbd's ball joints have no range)")
+                refuse(
+                    f"joint {joint_name(j)!r}: a limited ball joint (maximal coordinates' ball joints have no range; "
+                    "coordinates='joints' stops them on their rotation angle)"
+                )
             a = m.jnt_qposadr[j]
             rng = None
             if jtype != BALL and m.jnt_limited[j]:

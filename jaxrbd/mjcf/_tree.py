@@ -67,13 +67,18 @@ def load_tree(m, mujoco, *, keyframe, directions, friction, broadphase):
         jtype, b = int(m.jnt_type[j]), int(m.jnt_bodyid[j])
         if jtype == FREE and m.body_jntnum[b] > 1:
             refuse(f"body {body_name(b)!r}: a free joint with other joints on the same body")
-        if jtype == BALL and m.jnt_limited[j]:
-            refuse(f"joint {joint_name(j)!r}: a limited ball joint (cone limits are not supported)")
         joints.append((joint_name(j), jtype, b - 1, int(m.jnt_qposadr[j]), int(m.jnt_dofadr[j])))
-    limited = [j for j in range(m.njnt) if m.jnt_limited[j] and m.jnt_type[j] in (HINGE, SLIDE)]
-    limits = tuple((j, side) for j in limited for side in (1, -1))
-    lower = np.where(m.jnt_limited, m.jnt_range[:, 0], -np.inf)
-    upper = np.where(m.jnt_limited, m.jnt_range[:, 1], np.inf)
+    # A hinge or slide has a stop at each end; a limited ball joint one on its rotation angle, whose bound
+    # MuJoCo takes as the larger of its range's two numbers.
+    limits = tuple(
+        (j, side)
+        for j in range(m.njnt)
+        if m.jnt_limited[j] and m.jnt_type[j] in (HINGE, SLIDE, BALL)
+        for side in ((0,) if m.jnt_type[j] == BALL else (1, -1))
+    )
+    ball = m.jnt_type == BALL
+    lower = np.where(m.jnt_limited & ~ball, m.jnt_range[:, 0], -np.inf)
+    upper = np.where(m.jnt_limited, np.where(ball, m.jnt_range.max(axis=1), m.jnt_range[:, 1]), np.inf)
 
     # Actuators: joint transmissions on hinges and slides, no activation dynamics, fixed gain, affine bias:
     # MuJoCo's motor, position and velocity servos and general actuators of that form.
