@@ -129,12 +129,14 @@ class Delassus(eqx.Module):
         return jnp.concatenate(parts) + (1.0 - k) * z
 
     def cone_matrix(self):
-        """(n, n) C, formed."""
+        """(..., n, n) C, formed (with the leading axes of a batch of problems, as `matrix`)."""
+        if self.keep.ndim > 1:
+            return jax.vmap(type(self).cone_matrix)(self)
         n, dtype = self.keep.shape[-1], self.keep.dtype
         return jax.vmap(lambda e: self._cone(e, 1), out_axes=1)(jnp.eye(n, dtype=dtype))
 
     def matrix(self):
-        """(n, n) A = C + X^T X, formed."""
+        """(..., n, n) A = C + X^T X, formed."""
         return self.cone_matrix() + jnp.matrix_transpose(self.X) @ self.X
 
     def apply(self, z):

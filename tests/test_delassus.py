@@ -77,6 +77,12 @@ def test_the_structure_gives_back_the_matrix(masked, counts):
         )
         bound = np.abs(C).T @ np.abs(z) + X.T @ (X @ np.abs(z))
         np.testing.assert_allclose(np.asarray(f.magnitude_transposed(jnp.asarray(z))), bound, rtol=1e-12)
+    # A batch of problems (built under vmap) forms each one's matrix.
+    batch = jax.vmap(lambda seed: _problem(seed, masked=masked, counts=counts).lcp)(jnp.arange(3))
+    for seed in range(3):
+        np.testing.assert_allclose(
+            np.asarray(batch.A[seed]), np.asarray(_problem(seed, masked=masked, counts=counts).lcp.A)
+        )
 
 
 def _partials_at(lcp, key):
