@@ -8,7 +8,7 @@ with the free motion (v_free, q0) of the step without contact. Without
 `system.free_flight` it is v_free = v + h M(q)^-1 F and q0 = q, with
 F = k(q, v) - G^T grad V(q) + F_ext(t, q, v) (000 eq. (2), (36)): the
 semi-implicit Euler step. Rigid bodies integrate the Coriolis (gyroscopic) force
-implicitly instead: `BodyModel.free_flight` gives v_free and q0, and M is taken at
+implicitly instead: `jaxrbd.bodies._model.free_flight` gives v_free and q0, and M is taken at
 q0 (see there). This module computes the free motion (dense, or per body for the
 sparse solver), the integration and the projection onto the joints, once for all
 solvers.
@@ -72,34 +72,6 @@ def free_motion(system, t, q, v, h, *, M=None):
 def _free_flight(system, t, q, v, h):
     p = h * system.generalized_force(t, q, v, coriolis=False)
     return system.free_flight(q, v, p, h, system.params)
-
-
-class BodyMotion(eqx.Module):
-    """The free motion per body, for the sparse solver of 3D body scenes.
-
-    Attributes:
-        Minv: (nb + 1, 6, 6) inverse mass blocks at q0; the last (the world) is zero.
-        v_free: (nb + 1, 6) free velocities; the world's is zero.
-        q0: (nq,) the configuration q+ is integrated from.
-        shift: (nb + 1, 6) the displacement from q to q0 per body; the world's is zero.
-        solved: () whether every body's rotation was solved.
-    """
-
-    Minv: jax.Array
-    v_free: jax.Array
-    q0: jax.Array
-    shift: jax.Array
-    solved: jax.Array
-
-
-def free_body_motion(system, t, q, v, h):
-    """The `BodyMotion` of a 3D body scene: the same free motion as `free_motion`, per body."""
-    model = system.bodies
-    nb, dtype = model.nbodies, q.dtype
-    v_free, q0, shift, solved = _free_flight(system, t, q, v, h)
-    pad = lambda x: jnp.concatenate([x, jnp.zeros((1,) + x.shape[1:], dtype)])
-    Minv = model.inverse_mass_blocks(q0, system.params)
-    return BodyMotion(pad(Minv), pad(v_free.reshape(nb, 6)), q0, pad(shift.reshape(nb, 6)), solved)
 
 
 def integrate(system, q, v, h):

@@ -63,14 +63,14 @@ class System(eqx.Module):
         free_flight: ``(q, v, p, h, params) -> (v_free, q0, shift, solved)``: the motion
             over a step of length h after the impulse p = h F of every force but the
             Coriolis one, which it integrates implicitly (rigid bodies: the
-            energy-momentum rotation, `BodyModel.free_flight`). The step then
+            energy-momentum rotation, `jaxrbd.bodies._model.free_flight`). The step then
             integrates q+ = normalize(q0 + h G(q0) v+) with M(q0), and shift (nv,)
             is the displacement from q to q0 in velocity coordinates; solved () says
             whether the implicit equations were solved. None: the
             Coriolis force is explicit, v_free = v + h M(q)^-1 F, q0 = q.
         passive: ``(q, params) -> (A, B)``, (nv, nv) symmetric positive semidefinite
             each (rigid bodies: the joints' armature and dampers and the free-body
-            dampers, `BodyModel.passive`). A is the part of M that `free_flight` leaves
+            dampers, `jaxrbd.bodies._model.passive`). A is the part of M that `free_flight` leaves
             out; B a damping whose force -B v every step takes at v+ (implicitly:
             the step's mass matrix is M + h B). None: neither.
         normalize: ``q -> q`` applied after every step (rigid bodies: unit

@@ -190,7 +190,7 @@ def test_planar_capsule_is_the_falling_rod_plus_the_rolling_term():
 
     The rod model takes the tangential velocity of the end's centre; the capsule's
     is that of its own witness point, the capsule's lowest point a radius below it
-    (`BodyModel.collide`), so omega enters too.
+    (`jaxrbd.bodies._model.contacts`), so omega enters too.
     """
     rod_system, rod_state = rbd.scenes.falling_rod()
     p = rod_system.params

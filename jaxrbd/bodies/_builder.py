@@ -632,7 +632,7 @@ class SceneBuilder:
         damper stays stable. A ball joint's damper and armature act on the relative
         angular velocity w_a - w_b, the same about every axis: the torque
         -damping (w_a - w_b) on a and its opposite on b, and the kinetic energy
-        armature |w_a - w_b|^2 / 2 (`BodyModel.joint_passive`). MJCF joints'
+        armature |w_a - w_b|^2 / 2 (`jaxrbd.bodies._model.joint_passive`). MJCF joints'
         `stiffness`, `springref`, `damping` and `armature` map here (`load_mjcf`). All four are leaves of
         `system.params.joints`, so a fit can differentiate with respect to them.
 

@@ -1,6 +1,6 @@
 """The free rotation of rigid bodies over a step (the energy-momentum step) and its reverse-mode derivative.
 
-`free_rotation` is the rotational part of `BodyModel.free_flight`. Its forward pass
+`free_rotation` is the rotational part of `jaxrbd.bodies._model.free_flight`. Its forward pass
 solves each body's midpoint equation (`midpoint_rate`, a damped Newton loop, with
 `SUBSTEPS` substeps for the bodies that need them). Its reverse pass is written
 for rollouts, where it runs once per step:
@@ -127,7 +127,7 @@ def _energy_momentum(quat, inertia, L, h):
 def energy_momentum_rotation(quat, inertia, L, h):
     """((nb, 4) quat+, (nb, 3) body rate+, (nb,) solved): the free rotation of each body over a step.
 
-    The energy-momentum step (`BodyModel.free_flight`); the bodies whose midpoint
+    The energy-momentum step (`jaxrbd.bodies._model.free_flight`); the bodies whose midpoint
     equation is not solved in one step (`midpoint_rate`) take `SUBSTEPS` steps of
     h / SUBSTEPS instead, which keep the same invariants. `solved` is False for a
     body that neither solves. Under `vmap` the substeps run only in the steps where
@@ -151,7 +151,7 @@ def _rotation_arrays(quat, w, p, inertia, h, rotate=None):
 
 @jax.custom_vjp
 def free_rotation(quat, w, p, inertia, h):
-    """Each body's rotation over a step of length h, without contact (`BodyModel.free_flight`).
+    """Each body's rotation over a step of length h, without contact (`jaxrbd.bodies._model.free_flight`).
 
     Args:
         quat: (nb, 4) the orientations (normalized here).
@@ -163,7 +163,7 @@ def free_rotation(quat, w, p, inertia, h):
     Returns:
         (w_next (nb, 3), quat0 (nb, 4), turn (nb, 3), solved (nb,)): the angular
         velocity at the end of the step, the orientation the step integrates from
-        (`BodyModel.free_flight`), the Cayley vector from quat to quat0 and whether
+        (`jaxrbd.bodies._model.free_flight`), the Cayley vector from quat to quat0 and whether
         each body's midpoint equation was solved (`energy_momentum_rotation`).
     """
     (w_next, quat0, turn), (solved, _, _) = _rotation_arrays(quat, w, p, inertia, h)

@@ -41,22 +41,30 @@ from .. import _rotation as rot
 from .._contacts import Contacts
 from .._validate import check_value, is_traced
 from ..model import System
+from ._model import Bound, contact_arrays
 
 FREE, BALL, SLIDE, HINGE = 0, 1, 2, 3  # MuJoCo's mjtJoint
 JOINT_DOFS = {FREE: 6, BALL: 3, SLIDE: 1, HINGE: 1}
 
 
 class ActuatorParams(eqx.Module):
-    """MuJoCo's actuators on hinge and slide joints, (nu, ...): force = gain ctrl + bias . (1, length, velocity).
+    """MuJoCo's actuators on hinge, slide and ball joints, (nu, ...): force = gain ctrl + bias . (1, length, velocity).
 
     Attributes:
         gear: (nu,) the transmission: length = gear q, velocity = gear v, and the
-            joint force is gear times the actuator force.
+            joint force is gear times the actuator force. On a ball joint it is the
+            size of MuJoCo's gear[:3] and acts about `axis`: length = gear axis . r,
+            r the joint's rotation vector (MuJoCo's `mju_quat2Vel`), velocity =
+            gear axis . w, and the joint torque gear force axis (in the body frame). A
+            position servo there (gain = -bias[1]) takes the setpoint nearest its
+            length modulo 2 pi gear, as MuJoCo does.
         gain: (nu,) the force per unit of control (MuJoCo's `gainprm[0]`).
         bias: (nu, 3) the affine bias (MuJoCo's `biasprm[:3]`; a position servo has
             (0, -kp, 0), a velocity servo (0, 0, -kv), a motor zeros).
         ctrl_range, force_range: (nu, 2) bounds of the control and of the force
             (+-inf where MuJoCo's are not limited).
+        axis: (nu, 3) a ball joint actuator's unit axis in its body's frame
+            (MuJoCo's gear[:3] / |gear[:3]|); zeros for hinges and slides.
     """
 
     gear: jax.Array
@@ -64,6 +72,7 @@ class ActuatorParams(eqx.Module):
     bias: jax.Array
     ctrl_range: jax.Array
     force_range: jax.Array
+    axis: jax.Array
 
 
 class TreeParams(eqx.Module):
@@ -164,6 +173,10 @@ class Tree:
     def motors(self):
         """((name, joint index), ...): the actuators, in the order of the controls."""
         return self.actuators
+
+    def contacts(self, q, params, mu=None, restitution=None):
+        """The contact record (`jaxrbd.Contacts`) at q, the one the step reads (`contacts`)."""
+        return contacts(self, q, params, mu, restitution)
 
     def index(self, name):
         """The index of a body by name."""
@@ -324,7 +337,7 @@ class Tree:
 
     def system(self, params, mu, restitution, directions, friction=None):
         """The `System` of this tree with the given leaves (its functions compare by the tree's value)."""
-        fn = lambda f: _Bound(self, f)
+        fn = lambda f: Bound(self, f)
         return System(
             params=params,
             mu=mu,
@@ -332,12 +345,12 @@ class Tree:
             potential=fn(potential),
             gaps=fn(_gaps),
             tangents=fn(_tangents),
-            external_force=_BoundForce(self),
+            external_force=fn(external_force),
             kinematics=fn(_kinematics_matrix),
             velocity_map=fn(velocity_map),
             directions=directions,
             passive=fn(passive) if self.damped else None,
-            normalize=_BoundNormalize(self),
+            normalize=fn(normalize),
             collide=fn(contacts),
             restitution=restitution,
             torsions=fn(_torsions),
@@ -346,33 +359,6 @@ class Tree:
             bias_force=fn(bias_force),
             advance=fn(advance),
         )
-
-
-@dataclasses.dataclass(frozen=True)
-class _Bound:
-    """f(tree, ...) as a System function that compares by the tree's value."""
-
-    tree: Tree
-    fn: Any
-
-    def __call__(self, *args):
-        return self.fn(self.tree, *args)
-
-
-@dataclasses.dataclass(frozen=True)
-class _BoundForce:
-    tree: Tree
-
-    def __call__(self, t, q, v, params):
-        return applied_force(self.tree, q, v, params)
-
-
-@dataclasses.dataclass(frozen=True)
-class _BoundNormalize:
-    tree: Tree
-
-    def __call__(self, q):
-        return normalize(self.tree, q)
 
 
 # --- Kinematics -------------------------------------------------------------------------------
@@ -527,6 +513,18 @@ def _rotation_quaternion(theta):
     return jnp.concatenate([c[:, None], s[:, None] * theta], -1)
 
 
+def _rotation_vector(quat):
+    """(n, 3) the rotation vectors of the unit quaternions quat (n, 4), angle in (-pi, pi] about the axis of the
+    vector part (MuJoCo's `mju_quat2Vel`); the series 2 v / w at |v| = 0 (finite gradients there)."""
+    w, vec = quat[:, 0], quat[:, 1:]
+    s2 = jnp.sum(vec * vec, -1)
+    small = s2 < 1e-24
+    s = jnp.sqrt(jnp.where(small, 1.0, s2))
+    angle = 2.0 * jnp.arctan2(s, w)
+    angle = jnp.where(angle > jnp.pi, angle - 2.0 * jnp.pi, angle)
+    return jnp.where(small, 2.0 / w, angle / s)[:, None] * vec
+
+
 def advance(tree, q, v, h, params):
     """q after moving at v for h, as MuJoCo's `mj_integratePos`: hinges, slides and a free joint's position by
     h v, quaternions by the exact rotation, quat * exp(h w / 2) with w the local spin, then normalized."""
@@ -642,21 +640,37 @@ def potential(tree, q, params):
 
 
 def actuator_force(tree, q, v, params, u):
-    """(nv,) the actuators' joint forces for the controls u (nu,): gear clip(gain clip(u) + bias . (1, gear q,
-    gear v), force range), as MuJoCo's joint transmission."""
+    """(nv,) the actuators' joint forces for the controls u (nu,): gear clip(gain clip(u) + bias . (1, length,
+    velocity), force range), as MuJoCo's joint transmission (`ActuatorParams`)."""
     ap = params.actuators
     joints = np.array([j for _, j in tree.actuators], int)
     a = np.array([tree.joints[j][3] for j in joints], int)
     d = np.array([tree.joints[j][4] for j in joints], int)
+    balls = np.flatnonzero([tree.joints[j][1] == BALL for j in joints])
+    scalars = np.setdiff1d(np.arange(len(joints)), balls)
+    coordinate, rate = q[a], v[d]  # a hinge's or slide's own coordinate and rate
+    if balls.size:  # a ball joint's rotation vector and angular velocity along the actuator's axis
+        axis = ap.axis[balls]
+        coordinate = coordinate.at[balls].set(jnp.sum(axis * _rotation_vector(_quaternions(q, a[balls])), -1))
+        rate = rate.at[balls].set(jnp.sum(axis * v[d[balls][:, None] + np.arange(3)], -1))
     ctrl = jnp.clip(u, ap.ctrl_range[:, 0], ap.ctrl_range[:, 1])
-    force = ap.gain * ctrl + ap.bias[:, 0] + ap.bias[:, 1] * ap.gear * q[a] + ap.bias[:, 2] * ap.gear * v[d]
-    force = jnp.clip(force, ap.force_range[:, 0], ap.force_range[:, 1])
-    return jnp.zeros(tree.nv, v.dtype).at[d].add(ap.gear * force)
+    if balls.size:  # a position servo's setpoint: the one nearest the length modulo a turn, as MuJoCo takes it
+        period, length = 2.0 * jnp.pi * ap.gear[balls], ap.gear[balls] * coordinate[balls]
+        turns = jnp.round((ctrl[balls] - length) / jnp.where(period > 0, period, 1.0))
+        servo = (ap.gain[balls] == -ap.bias[balls, 1]) & (period > 0)
+        ctrl = ctrl.at[balls].add(jnp.where(servo, -period * turns, 0.0))
+    force = ap.gain * ctrl + ap.bias[:, 0] + ap.gear * (ap.bias[:, 1] * coordinate + ap.bias[:, 2] * rate)
+    torque = ap.gear * jnp.clip(force, ap.force_range[:, 0], ap.force_range[:, 1])
+    F = jnp.zeros(tree.nv, v.dtype).at[d[scalars]].add(torque[scalars])
+    if balls.size:
+        F = F.at[d[balls][:, None] + np.arange(3)].add(torque[balls, None] * axis)
+    return F
 
 
-def applied_force(tree, q, v, params):
+def external_force(tree, t, q, v, params):
     """(nv,) the actuators' forces for `params.control` and the hinge and slide springs (the dampers are in
-    `passive`, implicit)."""
+    `passive`, implicit); they do not depend on the time t."""
+    del t
     a, d, j = tree.scalar_joints
     F = jnp.zeros(tree.nv, v.dtype).at[d].add(-params.stiffness[j] * (q[a] - params.springref[a]))
     if tree.actuators and params.control is not None:
@@ -684,7 +698,7 @@ def contacts(tree, q, params, mu=None, restitution=None):
         idx = np.array(tree.geometry_bodies, int)
         x = jnp.concatenate([f.x[idx], jnp.zeros((1, 3), dtype)])
         R = jnp.concatenate([f.R[idx], jnp.eye(3, dtype=dtype)[None]])
-        geo = g.contact_arrays(x, R, params, mu, restitution)
+        geo = contact_arrays(g, x, R, params, mu, restitution)
         J = body_jacobians(tree, f, idx, f.x[idx])  # (ng, 6, nv) at the bodies' origins
         J = jnp.concatenate([J, jnp.zeros((1,) + J.shape[1:], dtype)])
         blocks = geo.pop("blocks")

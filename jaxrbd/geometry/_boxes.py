@@ -42,7 +42,7 @@ How a box pair is resolved (3D):
   0.12 mm (both from the hostile suite's Stewart-Trinkle profile).
   Each gap is the height of the incident point above the reference
   plane: the exact distance of the point to the face. The rows built from n and
-  the witness points (`BodyModel.collide`) are the exact gradients of these gaps
+  the witness points (`jaxrbd.bodies._model.contacts`) are the exact gradients of these gaps
   for incident vertices, for reference corners under a parallel face and for the
   exact and edge-edge contacts; for a crossing of a tilted incident edge with a
   side of the reference face they leave out the slide of the crossing along the

@@ -82,25 +82,30 @@ def load_tree(m, mujoco, *, keyframe, directions, friction, broadphase):
 
     # Actuators: joint transmissions on hinges and slides, no activation dynamics, fixed gain, affine bias:
     # MuJoCo's motor, position and velocity servos and general actuators of that form.
-    actuators, gear, gain, bias, ctrl_range, force_range = [], [], [], [], [], []
+    actuators, gear, axis, gain, bias, ctrl_range, force_range = [], [], [], [], [], [], []
     for u in range(m.nu):
         name = _name(m, mujoco, obj.mjOBJ_ACTUATOR, u, "actuator")
         j = int(m.actuator_trnid[u, 0])
         supported = (
             m.actuator_trntype[u] == mujoco.mjtTrn.mjTRN_JOINT
-            and m.jnt_type[j] in (HINGE, SLIDE)
+            and m.jnt_type[j] in (HINGE, SLIDE, BALL)
             and m.actuator_dyntype[u] == mujoco.mjtDyn.mjDYN_NONE
             and m.actuator_gaintype[u] == mujoco.mjtGain.mjGAIN_FIXED
             and int(m.actuator_biastype[u]) in (int(mujoco.mjtBias.mjBIAS_NONE), int(mujoco.mjtBias.mjBIAS_AFFINE))
         )
         if not supported:
             refuse(
-                f"actuator {name!r}: in joint coordinates only actuators on hinge and slide joints without activation "
-                "dynamics, with a fixed gain and an affine bias (motor, position, velocity) are supported; "
-                "coordinates='maximal' also takes <motor> actuators on ball joints"
+                f"actuator {name!r}: in joint coordinates only actuators on hinge, slide and ball joints without "
+                "activation dynamics, with a fixed gain and an affine bias (motor, position, velocity) are supported"
             )
         actuators.append((name, j))
-        gear.append(m.actuator_gear[u, 0])
+        if m.jnt_type[j] == BALL:  # the torque axis gear[:3] in the body frame, as its size and its direction
+            size = float(np.linalg.norm(m.actuator_gear[u, :3]))
+            gear.append(size)
+            axis.append(m.actuator_gear[u, :3] / size if size > 0 else np.zeros(3))
+        else:
+            gear.append(m.actuator_gear[u, 0])
+            axis.append(np.zeros(3))
         gain.append(m.actuator_gainprm[u, 0])
         affine = m.actuator_biastype[u] == mujoco.mjtBias.mjBIAS_AFFINE
         bias.append(m.actuator_biasprm[u, :3] if affine else np.zeros(3))
@@ -110,7 +115,9 @@ def load_tree(m, mujoco, *, keyframe, directions, friction, broadphase):
     actuator_params = None
     if actuators:
         f = lambda x: jax.device_put(np.array(x, float))
-        actuator_params = ActuatorParams(f(gear), f(gain), f(bias), f(ctrl_range), f(force_range))
+        actuator_params = ActuatorParams(
+            gear=f(gear), gain=f(gain), bias=f(bias), ctrl_range=f(ctrl_range), force_range=f(force_range), axis=f(axis)
+        )
 
     ignored = _ignored(m, mujoco, joint_name)
     geometry, geometry_bodies, shapes, mu, restitution, cone, frictionless = _geometry(

@@ -318,7 +318,7 @@ def simulate(
 
     def step_fn(state, z, u):
         stepped = system
-        if controls is not None:  # the motors' forces enter through external_force (`BodyModel.motor_force`)
+        if controls is not None:  # the motors' forces enter through external_force (`jaxrbd.bodies._model.motor_force`)
             u = controls(state.t, state) if callable(controls) else u
             stepped = eqx.tree_at(lambda s: s.params.control, system, jnp.asarray(u, dtype))
         new_state, z, impulses, stats = step_solver.step(stepped, state, z, options)

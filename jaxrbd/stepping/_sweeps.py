@@ -44,6 +44,7 @@ from .._problems import LCP, natural_residual
 from .._small import inv3, matmul, matvec
 from .._validate import check_value
 from ..bodies import Tree
+from ..bodies._model import free_body_motion
 from ..complementarity import Adjoint, SemismoothNewton, implicit_solve, within_tolerance
 from ..complementarity._fb import fischer_burmeister_partials
 from ..complementarity._implicit import ADJOINT_EPS_POWER, PINV_RTOL_FACTOR, min_norm_lstsq
@@ -203,7 +204,7 @@ class ContactSweeps(StepSolver):
         t, q, v = state.t, state.q, state.v
         nb, dtype = model.nbodies, q.dtype
         contacts = system.contacts(q)
-        motion = dynamics.free_body_motion(system, t, q, v, dt)
+        motion = free_body_motion(system, t, q, v, dt)
         active = step_active(system, contacts, q, v, dt, scheme.delta)
         a, b = contacts.body_a, contacts.body_b
         n_a, n_b = contacts.blocks[:, 0, 0], contacts.blocks[:, 1, 0]  # (nc, 6): the normal row on bodies a and b
