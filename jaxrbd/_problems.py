@@ -110,8 +110,7 @@ class Delassus(eqx.Module):
         return self.Ut.T
 
     def _rows(self, x):
-        ng, nc, nd = self.n_free, len(self.counts), sum(self.counts)
-        return x[:ng], x[ng : ng + nc], x[ng + nc : ng + nc + nd], x[ng + nc + nd :]
+        return split_rows(x, self.n_free, len(self.counts), sum(self.counts))
 
     def _cone(self, z, sign):
         """C z (sign = 1) or C^T z (sign = -1), from the layout: the lam column E of the friction rows, the
@@ -321,6 +320,11 @@ def _uniform(counts):
 # E x and E^T y with the layout's static indices (a repeat and a reshaped sum where every contact has
 # k directions, gathers otherwise), not products with the (nd, nc) matrix E: the humanoid's 116 x 151
 # E took a quarter of its Newton iterations' time in the block solves alone.
+
+
+def split_rows(x, ng, nc, nd):
+    """The equality, normal, friction and cone rows of a friction LCP's x (ng, nc, nd and nc of them)."""
+    return x[:ng], x[ng : ng + nc], x[ng + nc : ng + nc + nd], x[ng + nc + nd :]
 
 
 def spread(counts, x):

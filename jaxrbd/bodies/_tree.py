@@ -758,26 +758,28 @@ def _append_stops(tree, record, q, params):
     rows = np.zeros((j.shape[0], 4, tree.nv))
     rows[np.arange(j.shape[0]), 0, d] = side
     rows = jnp.asarray(rows, q.dtype)
-    for k in np.flatnonzero(side == 0):
-        angle, axis = _cone_stop(q[a[k] : a[k] + 4])
-        gap = gap.at[k].set(params.upper[j[k]] - angle)
-        rows = rows.at[k, 0, d[k] : d[k] + 3].set(-axis)
+    cones = np.flatnonzero(side == 0)
+    if cones.size:  # every ball joint's cone at once: one gather of the quaternions, one scatter of the rows
+        angle, axis = _cone_stop(q[a[cones][:, None] + np.arange(4)])
+        gap = gap.at[cones].set(params.upper[j[cones]] - angle)
+        rows = rows.at[cones[:, None], 0, d[cones][:, None] + np.arange(3)].set(-axis)
     return _append(tree, record, gap, rows, params.stop_restitution[j], frictional=False, dry=False)
 
 
 def _cone_stop(quat):
-    """(theta, a): the rotation angle in [0, pi] of a ball joint's quaternion and its unit axis in the child's frame.
+    """(theta, a): the rotation angles in [0, pi] of ball joints' quaternions (..., 4) and their unit axes in the
+    child's frame.
 
     theta = 2 atan2(|v|, |w|) and a = sign(w) v / |v|, so that d(theta)/dt = a . omega for the joint's angular
     velocity omega (its qvel, in the child's frame: the other terms of the rotation vector's rate are normal to
     it); MuJoCo's ball limit measures the same angle (`mju_quat2Vel`). At theta = 0, a = 0.
     """
-    w, v = quat[0], quat[1:]
-    s2 = jnp.sum(v * v)
+    w, v = quat[..., 0], quat[..., 1:]
+    s2 = jnp.sum(v * v, -1)
     safe = jnp.where(s2 > 0, s2, 1.0)
     sin = jnp.where(s2 > 0, jnp.sqrt(safe), 0.0)
     sign = jnp.where(w < 0, -1.0, 1.0)
-    return 2.0 * jnp.arctan2(sin, jnp.abs(w)), jnp.where(s2 > 0, sign / jnp.sqrt(safe), 0.0) * v
+    return 2.0 * jnp.arctan2(sin, jnp.abs(w)), jnp.where(s2 > 0, sign / jnp.sqrt(safe), 0.0)[..., None] * v
 
 
 def _append(tree, record, gap, rows, value, *, frictional, dry):

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .._problems import LCP, Delassus, gather_sum, natural_residual, spread
+from .._problems import LCP, Delassus, gather_sum, natural_residual, split_rows, spread
 from ._fb import fischer_burmeister, fischer_burmeister_partials
 
 ARMIJO_SIGMA = 1e-4
@@ -91,7 +91,7 @@ class _DelassusBlocks(eqx.Module):
     counts: tuple[int, ...] = eqx.field(static=True)
 
     def rows(self, x):
-        return _split_rows(x, self.ng, len(self.counts), sum(self.counts))
+        return split_rows(x, self.ng, len(self.counts), sum(self.counts))
 
     def solve(self, R):
         """K X = R for R (n, r)."""
@@ -112,11 +112,6 @@ class _DelassusBlocks(eqx.Module):
         return jnp.concatenate([Rg / self.dg[:, None], xn, xb, xl])
 
 
-def _split_rows(x, ng, nc, nd):
-    """The equality, normal, friction and cone rows of a friction LCP's x."""
-    return x[:ng], x[ng : ng + nc], x[ng + nc : ng + nc + nd], x[ng + nc + nd :]
-
-
 def _delassus_blocks(problem, da, db, s, eps):
     """K's blocks for the Newton matrix Da + Db S A of a friction LCP (`LCP.delassus`) and the regularization eps."""
     f = problem.delassus
@@ -125,7 +120,7 @@ def _delassus_blocks(problem, da, db, s, eps):
     beta = db * s
     k = f.keep
     diag = da + eps * db + beta * (1.0 - k)  # masked rows: C has a unit diagonal
-    rows = lambda x: _split_rows(x, ng, nc, nd)
+    rows = lambda x: split_rows(x, ng, nc, nd)
     (_, kn, kb, kl), (dg, dn, db_, dl), (_, _, bb, bl) = rows(k), rows(diag), rows(beta)
     a = bb * kb * spread(counts, kl)
     c = spread(counts, bl * kl) * kb
