@@ -106,11 +106,35 @@ _JOINTS = st.lists(st.sampled_from(["hinge", "slide", "ball"]), min_size=0, max_
 
 
 @st.composite
-def _trees(draw):
+def _trees(draw, driven=False):
     """The MJCF of a random tree: 1-5 bodies, each under a random earlier one, with 0-3 joints in sequence (a
     free joint at the first root, sometimes; a ball joint last), random offsets, axes (the k-th of a body's
-    about the k-th coordinate axis), anchors, masses and inertias."""
+    about the k-th coordinate axis), anchors, masses and inertias.
+
+    driven: also, on some hinges, slides and ball joints, a range about qpos0 (a ball's cone), a damper and an
+    actuator (a motor, a position or a velocity servo; random gears, a ball's a random axis; some with a
+    ctrlrange and a forcerange)."""
     n = draw(st.integers(1, 5))
+    actuators = []
+
+    def drive(name, kind):
+        """The joint's range and damper attributes; its actuator, if any, appended to `actuators`."""
+        if not driven:
+            return ""
+        extra = f' damping="{draw(st.floats(0.0, 0.5)):.3f}"'
+        if draw(st.booleans()):
+            lo, hi = draw(st.floats(0.2, 1.5)), draw(st.floats(0.2, 1.5))
+            extra += f' limited="true" range="{"0" if kind == "ball" else f"{-lo:.3f}"} {hi:.3f}"'
+        if draw(st.booleans()):
+            gear = f"{vec(-1.5, 1.5)} 0 0 0" if kind == "ball" else f"{draw(st.floats(0.3, 2.0)):.3f}"
+            servo = draw(st.sampled_from(["motor", "position", "velocity"]))
+            gain = {"motor": "", "position": f' kp="{draw(st.floats(0.1, 5.0)):.3f}"'}.get(servo, "")
+            gain = gain or ("" if servo == "motor" else f' kv="{draw(st.floats(0.05, 1.0)):.3f}"')
+            ctrl = ' ctrllimited="true" ctrlrange="-1 1"' if draw(st.booleans()) else ""
+            force = ' forcelimited="true" forcerange="-2 2"' if draw(st.booleans()) else ""
+            actuators.append(f'<{servo} name="a_{name}" joint="{name}" gear="{gear}"{gain}{ctrl}{force}/>')
+        return extra
+
     vec = lambda lo=-0.5, hi=0.5: " ".join(f"{draw(st.floats(lo, hi)):.3f}" for _ in range(3))
     parent = [-1] + [draw(st.integers(-1, i - 1)) for i in range(1, n)]
     free = draw(st.booleans())
@@ -125,9 +149,11 @@ def _trees(draw):
         if "ball" in kinds:  # MuJoCo allows no rotation after a ball joint on one body
             kinds = [k for k in kinds if k != "ball"] + ["ball"]
         joints = "".join(
-            f'<joint name="j{i}_{k}" type="{kind}" pos="{vec(-0.2, 0.2)}" axis="{axis(k)}"/>'
+            f'<joint name="j{i}_{k}" type="{kind}" pos="{vec(-0.2, 0.2)}" axis="{axis(k)}"{drive(f"j{i}_{k}", kind)}/>'
             if kind in ("hinge", "slide")
-            else f'<joint name="j{i}_{k}" type="{kind}"' + ("" if kind == "free" else f' pos="{vec(-0.2, 0.2)}"') + "/>"
+            else f'<joint name="j{i}_{k}" type="{kind}"'
+            + ("" if kind == "free" else f' pos="{vec(-0.2, 0.2)}"{drive(f"j{i}_{k}", kind)}')
+            + "/>"
             for k, kind in enumerate(kinds)
         )
         mass = draw(st.floats(0.1, 3.0))
@@ -144,7 +170,11 @@ def _trees(draw):
         return bodies[i][1] + children + "</body>"
 
     roots = "".join(xml(i) for i in range(n) if parent[i] < 0)
-    return f'<mujoco><option gravity="0.3 -1 -9.81"/><worldbody>{roots}</worldbody></mujoco>'
+    actuated = f"<actuator>{''.join(actuators)}</actuator>" if actuators else ""
+    return (
+        '<mujoco><compiler angle="radian"/><option gravity="0.3 -1 -9.81"/>'
+        f"<worldbody>{roots}</worldbody>{actuated}</mujoco>"
+    )
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
