@@ -457,20 +457,25 @@ def ball_arm():
     return scene, run
 
 
-def test_ball_joint_actuators_apply_mujocos_forces(ball_arm):
-    """At random states and controls (quaternions of both signs, rotations past pi included), the actuators'
-    joint forces equal MuJoCo's qfrc_actuator to round-off."""
-    scene, _ = ball_arm
-    m, d = _euler(BALL_ARM_XML)
-    rng = np.random.default_rng(5)
+def check_actuator_forces(scene, xml, rng, states, ctrl_scale):
+    """At `states` random states and controls (uniform within +-ctrl_scale), the actuators' joint forces of the
+    loaded `scene` equal MuJoCo's qfrc_actuator for the same file to round-off."""
+    m, d = _euler(xml)
     force = jax.jit(lambda q, v, u: tree_fns.actuator_force(scene.bodies, q, v, scene.system.params, u))
-    for _ in range(6):
+    for _ in range(states):
         qpos, qvel = _random_state(m, rng)
-        ctrl = rng.uniform(-2.0, 2.0, size=m.nu)
+        ctrl = rng.uniform(-ctrl_scale, ctrl_scale, size=m.nu)
         d.qpos[:], d.qvel[:], d.ctrl[:] = qpos, qvel, ctrl
         mujoco.mj_forward(m, d)
         ours = np.asarray(force(jnp.asarray(qpos), jnp.asarray(qvel), jnp.asarray(ctrl)))
-        np.testing.assert_allclose(ours, d.qfrc_actuator, rtol=0, atol=DYNAMICS_RTOL * max(1.0, np.abs(ours).max()))
+        scale = DYNAMICS_RTOL * max(1.0, np.abs(d.qfrc_actuator).max())
+        np.testing.assert_allclose(ours, d.qfrc_actuator, rtol=0, atol=scale)
+
+
+def test_ball_joint_actuators_apply_mujocos_forces(ball_arm):
+    """At random states and controls (quaternions of both signs, rotations past pi included), the actuators'
+    joint forces equal MuJoCo's qfrc_actuator to round-off."""
+    check_actuator_forces(ball_arm[0], BALL_ARM_XML, np.random.default_rng(5), states=6, ctrl_scale=2.0)
 
 
 def test_ball_joint_actuators_step_as_mujocos_euler_integrator(ball_arm):

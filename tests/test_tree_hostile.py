@@ -16,10 +16,9 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_tree import DYNAMICS_RTOL, _euler, _load, _random_state, _trees
+from test_tree import _euler, _load, _trees, check_actuator_forces
 
 import jaxrbd as rbd
-from jaxrbd.bodies import _tree as tree_fns
 
 STOP_TOL = 1e-7  # rad or m: a hinge's or slide's stop is linear in q, so the step holds it to the solve's tolerance
 CONE_TOL = 1e-3  # rad: a ball's cone is not (its angle is linearized over a step: O(h^2 w^2) past it)
@@ -29,20 +28,8 @@ CONE_TOL = 1e-3  # rad: a ball's cone is not (its angle is linearized over a ste
 @given(xml=_trees(driven=True), seed=st.integers(0, 2**31 - 1))
 def test_generated_actuators_apply_mujocos_forces(xml, seed):
     """At random states and controls, the actuators' joint forces equal MuJoCo's qfrc_actuator to round-off."""
-    m, d = _euler(xml)
-    if m.nu == 0:
-        return
-    scene = _load(xml)
-    force = jax.jit(lambda q, v, u: tree_fns.actuator_force(scene.bodies, q, v, scene.system.params, u))
-    rng = np.random.default_rng(seed)
-    for _ in range(3):
-        qpos, qvel = _random_state(m, rng)
-        ctrl = rng.uniform(-3.0, 3.0, size=m.nu)
-        d.qpos[:], d.qvel[:], d.ctrl[:] = qpos, qvel, ctrl
-        mujoco.mj_forward(m, d)
-        ours = np.asarray(force(jnp.asarray(qpos), jnp.asarray(qvel), jnp.asarray(ctrl)))
-        scale = DYNAMICS_RTOL * max(1.0, np.abs(d.qfrc_actuator).max())
-        np.testing.assert_allclose(ours, d.qfrc_actuator, rtol=0, atol=scale)
+    if mujoco.MjModel.from_xml_string(xml).nu:
+        check_actuator_forces(_load(xml), xml, np.random.default_rng(seed), states=3, ctrl_scale=3.0)
 
 
 @pytest.mark.slow
@@ -59,7 +46,7 @@ def test_generated_driven_trees_step_converged_within_their_stops_with_finite_gr
         warnings.simplefilter("ignore")
         scene = _load(xml)
     rng = np.random.default_rng(seed)
-    u = jnp.asarray(rng.uniform(-3.0, 3.0, size=(100, max(m.nu, 1)))[:, : m.nu]) if m.nu else None
+    u = jnp.asarray(rng.uniform(-3.0, 3.0, size=(100, m.nu))) if m.nu else None
 
     def run(u):
         return rbd.simulate(scene.system, scene.state, dt=0.01, steps=100, controls=u)
