@@ -522,7 +522,7 @@ def _rotation_vector(quat):
     s = jnp.sqrt(jnp.where(small, 1.0, s2))
     angle = 2.0 * jnp.arctan2(s, w)
     angle = jnp.where(angle > jnp.pi, angle - 2.0 * jnp.pi, angle)
-    return jnp.where(small, 2.0 / w, angle / s)[:, None] * vec
+    return jnp.where(small, 2.0 / jnp.where(small, w, 1.0), angle / s)[:, None] * vec  # no 1 / 0 at a half turn
 
 
 def advance(tree, q, v, h, params):

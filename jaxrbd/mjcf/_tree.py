@@ -80,7 +80,7 @@ def load_tree(m, mujoco, *, keyframe, directions, friction, broadphase):
     lower = np.where(m.jnt_limited & ~ball, m.jnt_range[:, 0], -np.inf)
     upper = np.where(m.jnt_limited, np.where(ball, m.jnt_range.max(axis=1), m.jnt_range[:, 1]), np.inf)
 
-    # Actuators: joint transmissions on hinges and slides, no activation dynamics, fixed gain, affine bias:
+    # Actuators: joint transmissions on hinges, slides and ball joints, no activation dynamics, fixed gain, affine bias:
     # MuJoCo's motor, position and velocity servos and general actuators of that form.
     actuators, gear, axis, gain, bias, ctrl_range, force_range = [], [], [], [], [], [], []
     for u in range(m.nu):
