@@ -1,6 +1,6 @@
 """How long a new process takes to its first simulated second: import, scene build, trace, compile and run.
 
-python benchmarks/bench_compile.py [--scenes cube_toss four_balls box_stack] [--steps 100] [--runs 2]
+python benchmarks/bench_compile.py [--scenes "cube_toss()" "four_balls()" "box_stack(3)"] [--steps 100] [--runs 2]
 
 Each line is a fresh Python process (a warm one would hold the compiled programs): `import jaxrbd`, building the
 scene, and the first call of a jitted `--steps`-step rollout, split into tracing and lowering (`jit(...).lower`),
