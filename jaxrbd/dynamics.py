@@ -60,7 +60,7 @@ def free_motion(system, t, q, v, h, *, M=None):
             return FreeMotion(M, v + h * jnp.linalg.solve(M, F), q, None, jnp.array(True))
         M_step = M + h * system.passive(q, system.params)[1]
         return FreeMotion(M_step, jnp.linalg.solve(M_step, M @ v + h * F), q, None, jnp.array(True))
-    v_free, q0, shift, solved = _free_flight(system, t, q, v, h)
+    v_free, q0, shift, solved = free_flight(system, t, q, v, h)
     M = system.M(q0)
     if system.passive is None:
         return FreeMotion(M, v_free, q0, shift, solved)
@@ -69,7 +69,9 @@ def free_motion(system, t, q, v, h, *, M=None):
     return FreeMotion(M_step, jnp.linalg.solve(M_step, M @ v_free - A @ (v_free - v)), q0, shift, solved)
 
 
-def _free_flight(system, t, q, v, h):
+def free_flight(system, t, q, v, h):
+    """`system.free_flight` over a step of length h after the impulse of every force but the Coriolis one:
+    (v_free, q0, shift, solved)."""
     p = h * system.generalized_force(t, q, v, coriolis=False)
     return system.free_flight(q, v, p, h, system.params)
 

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _rotation as rot
-from .. import geometry
+from .. import dynamics, geometry
 from .._contacts import Contacts
 from .._small import inv3, matmul, matvec
 from .._validate import host_numpy
@@ -976,9 +976,7 @@ def free_body_motion(system, t, q, v, h):
     """The `BodyMotion` of a 3D body scene: the same free motion as `jaxrbd.dynamics.free_motion`, per body."""
     model = system.bodies
     nb, dtype = model.nbodies, q.dtype
-    v_free, q0, shift, solved = free_flight(
-        model, q, v, h * system.generalized_force(t, q, v, coriolis=False), h, system.params
-    )
+    v_free, q0, shift, solved = dynamics.free_flight(system, t, q, v, h)
     pad = lambda x: jnp.concatenate([x, jnp.zeros((1,) + x.shape[1:], dtype)])
     Minv = inverse_mass_blocks(model, q0, system.params)
     return BodyMotion(pad(Minv), pad(v_free.reshape(nb, 6)), q0, pad(shift.reshape(nb, 6)), solved)

@@ -514,15 +514,13 @@ def _rotation_quaternion(theta):
 
 
 def _rotation_vector(quat):
-    """(n, 3) the rotation vectors of the unit quaternions quat (n, 4), angle in (-pi, pi] about the axis of the
-    vector part (MuJoCo's `mju_quat2Vel`); the series 2 v / w at |v| = 0 (finite gradients there)."""
+    """(n, 3) the rotation vectors theta a of the unit quaternions quat (n, 4) (`_cone_stop`: angle in [0, pi],
+    so the vector's angle is in (-pi, pi], MuJoCo's `mju_quat2Vel`); the series 2 v / w near the identity,
+    where a is not differentiable (finite gradients there)."""
     w, vec = quat[:, 0], quat[:, 1:]
-    s2 = jnp.sum(vec * vec, -1)
-    small = s2 < 1e-24
-    s = jnp.sqrt(jnp.where(small, 1.0, s2))
-    angle = 2.0 * jnp.arctan2(s, w)
-    angle = jnp.where(angle > jnp.pi, angle - 2.0 * jnp.pi, angle)
-    return jnp.where(small, 2.0 / jnp.where(small, w, 1.0), angle / s)[:, None] * vec  # no 1 / 0 at a half turn
+    theta, axis = _cone_stop(quat)
+    small = (jnp.sum(vec * vec, -1) < 1e-24)[:, None]
+    return jnp.where(small, 2.0 * vec / jnp.where(small, w[:, None], 1.0), theta[:, None] * axis)
 
 
 def advance(tree, q, v, h, params):
