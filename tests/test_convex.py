@@ -305,19 +305,25 @@ def test_plane_mesh_takes_the_lowest_vertices():
     R = np.asarray(rot.to_matrix(jnp.array([0.9, 0.2, -0.3, 0.1]) / np.linalg.norm([0.9, 0.2, -0.3, 0.1])))
     p = np.array([0.1, -0.2, 0.05])
     gap, n, x = geometry.plane_mesh(_arrays(rbd.Plane()), _posed(m, jnp.asarray(p), jnp.asarray(R)), 3)
-    z = np.sort(_world_points(geometry.hull(BLOB)["vertices"], p, R)[:, 2])[:4]
+    z = np.sort(_world_points(geometry.hull(BLOB)["vertices"], p, R)[:, 2])[:8]
     np.testing.assert_allclose(np.sort(gap), z, atol=EXACT)
-    np.testing.assert_allclose(n, [[0.0, 0.0, 1.0]] * 4, atol=0)
-    # A hexagonal prism standing on its 6-vertex face: 4 of the 6, spanning the face (the widest spread).
-    angle = np.arange(6) * np.pi / 3
-    ring = np.stack([0.1 * np.cos(angle), 0.1 * np.sin(angle), np.zeros(6)], 1)
-    prism = np.concatenate([ring, ring + [0.0, 0.0, 0.2]])
-    gap, _, x = geometry.plane_mesh(
-        _arrays(rbd.Plane()), _posed(_arrays(rbd.ConvexMesh(prism)), jnp.zeros(3), jnp.eye(3)), 3
-    )
+    np.testing.assert_allclose(n, [[0.0, 0.0, 1.0]] * 8, atol=0)
+
+    def standing_prism(sides):
+        angle = np.arange(sides) * 2 * np.pi / sides
+        ring = np.stack([0.1 * np.cos(angle), 0.1 * np.sin(angle), np.zeros(sides)], 1)
+        prism = _arrays(rbd.ConvexMesh(np.concatenate([ring, ring + [0.0, 0.0, 0.2]])))
+        return geometry.plane_mesh(_arrays(rbd.Plane()), _posed(prism, jnp.zeros(3), jnp.eye(3)), 3)
+
+    # A hexagonal prism standing on its 6-vertex face: all 6, and 2 of the top face.
+    gap, _, x = standing_prism(6)
+    np.testing.assert_allclose(np.sort(gap), [0.0] * 6 + [0.2] * 2, atol=EXACT)
+    assert len(np.unique(np.round(np.asarray(x)[np.asarray(gap) < 0.1], 12), axis=0)) == 6
+    # A 12-sided prism standing on its face: 8 of the 12, spanning the face (the widest spread).
+    gap, _, x = standing_prism(12)
     np.testing.assert_allclose(gap, 0.0, atol=EXACT)
-    assert len(np.unique(np.round(np.asarray(x), 12), axis=0)) == 4
-    assert ConvexHull(np.asarray(x)[:, :2]).volume >= 0.5 * 1.5 * math.sqrt(3) * 0.1**2  # over half the hexagon
+    assert len(np.unique(np.round(np.asarray(x), 12), axis=0)) == 8
+    assert ConvexHull(np.asarray(x)[:, :2]).volume >= 0.8 * 3 * 0.1**2  # over 80% of the 12-gon
 
 
 # --- Gradients -------------------------------------------------------------------------------------------

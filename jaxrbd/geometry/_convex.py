@@ -61,6 +61,8 @@ from ._boxes import _NONE, _TINY, _cross_axes, _edge_wins, _norm, _segment_param
 _BIAS = 1e-9  # as in _boxes: the preference of a face of A, then of B, then of an edge, times the size
 _TIE = 1e-9  # depths within this times the size are tied in the choice of the first point
 _INSIDE = 1e-9  # point-in-polygon tolerance, times the edge length and the size
+_BAND = 0.05  # a face manifold spreads its 4 points over those within this times the incident radius of the lowest
+_PLANE = 8  # plane-mesh contacts: the lowest vertices
 _LOWEST = 4  # the lowest vertices of the incident polytope inside the reference prism join a face manifold
 _COPLANAR = 1e-9  # hull triangles whose planes agree to this times the size form one face
 _MESH_KEYS = ("vertices", "normals", "offsets", "faces", "edges", "directions")
@@ -311,12 +313,23 @@ def _mesh_distance(A, B, size):
     return dist[k], wa[k], wb[k], n
 
 
-def _distinct(V):
-    """(v,) whether each vertex differs from every earlier one: a padded mesh repeats its first vertex
-    (`pad_meshes`), and a choice of the lowest few must not take a vertex twice (the 4 lowest of a hull of
+def _distinct(V, tol=0.0):
+    """(v,) whether each point differs from every earlier one by more than tol: a padded mesh repeats its first
+    vertex (`pad_meshes`), and a choice of the lowest few must not take a point twice (the 4 lowest of a hull of
     7 vertices padded to 13 were one vertex 4 times, and the hull sank 16 mm into the floor)."""
-    same = jnp.all(V[:, None, :] == V[None, :, :], -1)
+    same = jnp.sum((V[:, None, :] - V[None, :, :]) ** 2, -1) <= tol * tol
     return ~jnp.any(jnp.tril(same, -1), 1)
+
+
+def _lowest(xy, z, valid, tie, band=None, count=4):
+    """Indices of `count` of the valid points: the lowest (lowest first), or, where more than `count` lie within
+    `band` of the lowest (default: within tie, a face resting flat), the widest of those (`_boxes._spread`), the
+    lowest first. Too few valid points: the lowest repeated in the empty slots."""
+    low, lowest = jax.lax.top_k(-jnp.where(valid, z, jnp.inf), min(count, z.shape[0]))
+    lowest = jnp.where(jnp.isfinite(low), lowest, lowest[0])
+    lowest = jnp.concatenate([lowest, jnp.broadcast_to(lowest[0], (count - lowest.shape[0],))])
+    near = valid & (z <= (tie if band is None else band) - low[0])
+    return jnp.where(jnp.sum(near) > count, _spread(xy, z, near, tie, count), lowest)
 
 
 def _plane_frame(n):
@@ -364,9 +377,10 @@ def _face_manifold(Ref, k, Inc, size):
     P = jnp.concatenate(points)
     valid = jnp.concatenate(valid)
     valid = jnp.where(jnp.any(valid), valid, jnp.arange(P.shape[0]) < ipoly.shape[0])
+    valid = valid & _distinct(P, _TIE * size)  # an incident face's vertex is also among the lowest vertices
     z = P @ n_r - d_r
     xy = P @ _plane_frame(n_r).T
-    idx = _spread(xy, z, valid, _TIE * size)
+    idx = _lowest(xy, z, valid, _TIE * size, _BAND * jax.lax.stop_gradient(Inc["radius"]))
     gap = z[idx]
     return gap, n_r, P[idx] - 0.5 * gap[:, None] * n_r
 
@@ -451,15 +465,11 @@ def plane_mesh(a, b, dim):
     n, d = a["normal"], a["offset"]
     gaps = V @ n - d
     tie = _TIE * jax.lax.stop_gradient(M["radius"])
-    distinct = _distinct(V)
-    low, lowest = jax.lax.top_k(-jnp.where(distinct, gaps, jnp.inf), 4)
-    tied = distinct & (gaps <= tie - low[3])
-    # More than 4 vertices down to the fourth's height: the widest 4 of them; else the 4 lowest (the spread
-    # of 4 points can skip one inside the triangle of the others).
-    idx = jnp.where(jnp.sum(tied) > 4, _spread(V @ _plane_frame(n).T, gaps, tied, tie), lowest)
+    # The spread of 4 points can skip one inside the triangle of the others: the widest only among the tied.
+    idx = _lowest(V @ _plane_frame(n).T, gaps, _distinct(V), tie, count=_PLANE)
     idx = jnp.sort(idx)  # in the vertices' order, not by depth: the slots of a resting face do not shuffle
     gap = gaps[idx]
-    return gap, jnp.broadcast_to(n, (4, 3)), V[idx] - 0.5 * gap[:, None] * n
+    return gap, jnp.broadcast_to(n, (idx.shape[0], 3)), V[idx] - 0.5 * gap[:, None] * n
 
 
 @functools.partial(jax.jit, static_argnames="dim")

@@ -124,7 +124,7 @@ COLLIDERS = {
     ("capsule", "capsule"): (capsule_capsule, lambda dim: 2),
     ("capsule", "box"): (capsule_box, lambda dim: 4),  # see `capsule_box`
     ("box", "box"): (box_box, _box_box_capacity),
-    ("plane", "mesh"): (plane_mesh, lambda dim: 4),
+    ("plane", "mesh"): (plane_mesh, lambda dim: 8),
     ("sphere", "mesh"): (sphere_mesh, lambda dim: 1),
     ("capsule", "mesh"): (capsule_mesh, lambda dim: 2),
     ("box", "mesh"): (box_mesh, lambda dim: 4),
