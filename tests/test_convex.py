@@ -373,7 +373,8 @@ def test_a_face_landing_slightly_tilted_keeps_its_manifold():
     """MJX's convex.xml at 0.462 s: its pyramid (base 0.4 m square) comes down base first, tilted 0.01 rad, onto
     its box (0.4 m cube), 1.8e-6 m apart. An edge-edge axis separates by 9e-9 m more than the base's normal;
     taken, its single point let the pyramid turn 9.8 mm into the box in the next step and spring off. The face
-    manifold is kept instead (`_boxes._edge_wins`): 4 distinct points, the least gap the exact distance."""
+    manifold is kept instead (`_boxes._edge_wins`): the base's 4 corners as 4 distinct points within a centimetre,
+    the least gap the exact distance."""
     pyramid = _arrays(
         rbd.ConvexMesh([[-0.1, 0.2, 0.2], [-0.1, -0.2, -0.2], [-0.1, -0.2, 0.2], [-0.1, 0.2, -0.2], [0.3, 0, 0]])
     )
@@ -395,7 +396,8 @@ def test_a_face_landing_slightly_tilted_keeps_its_manifold():
         ]
     )
     gap, _, x = geometry.box_mesh(_posed(box, p_box, R_box), _posed(pyramid, p_pyramid, R_pyramid), 3)
-    assert len(np.unique(np.round(np.asarray(x), 9), axis=0)) == 4
+    near = np.asarray(gap) < 1e-2  # the base, tilted 0.01 rad over 0.4 m; the apex is 0.4 m above
+    assert len(np.unique(np.round(np.asarray(x)[near], 9), axis=0)) == 4
     corners = _world_points(_SIGNS * 0.2, np.asarray(p_box), np.asarray(R_box))
     vertices = _world_points(np.asarray(pyramid["vertices"]), np.asarray(p_pyramid), np.asarray(R_pyramid))
     reference = reference_gap(corners, vertices)

@@ -63,7 +63,8 @@ _TIE = 1e-9  # depths within this times the size are tied in the choice of the f
 _INSIDE = 1e-9  # point-in-polygon tolerance, times the edge length and the size
 _BAND = 0.05  # a face manifold spreads its 4 points over those within this times the incident radius of the lowest
 _PLANE = 8  # plane-mesh contacts: the lowest vertices
-_LOWEST = 4  # the lowest vertices of the incident polytope inside the reference prism join a face manifold
+_MANIFOLD = 8  # box-mesh and mesh-mesh contacts
+_LOWEST = 8  # the lowest vertices of the incident polytope inside the reference prism join a face manifold
 _COPLANAR = 1e-9  # hull triangles whose planes agree to this times the size form one face
 _MESH_KEYS = ("vertices", "normals", "offsets", "faces", "edges", "directions")
 
@@ -332,6 +333,14 @@ def _lowest(xy, z, valid, tie, band=None, count=4):
     return jnp.where(jnp.sum(near) > count, _spread(xy, z, near, tie, count), lowest)
 
 
+def _spare(gap, x, tol, size):
+    """The gaps of the contacts at points x, those of a slot that repeats an earlier slot's point raised by size: a
+    slot left without a point of its own holds a copy that never carries an impulse (unless the pair closes by
+    its whole size in one step). Two identical rows leave the step's problem degenerate, and a dropped hull's
+    step with a repeated point missed the solver's tolerance."""
+    return jnp.where(_distinct(x, tol), gap, gap + size)
+
+
 def _plane_frame(n):
     """Two unit vectors spanning the plane normal to n (used to order points, not differentiated)."""
     n = jax.lax.stop_gradient(n)
@@ -342,7 +351,7 @@ def _plane_frame(n):
 
 
 def _face_manifold(Ref, k, Inc, size):
-    """The incident face of Inc clipped to face k of Ref: gaps (4,), the reference normal (3,), midpoints (4, 3)."""
+    """The incident face of Inc clipped to face k of Ref: gaps (8,), the reference normal (3,), midpoints (8, 3)."""
     n_r, d_r, poly = Ref["n"][k], Ref["d"][k], Ref["P"][k]
     m = jnp.argmin(Inc["n"] @ n_r)
     o, d_o, ipoly = Inc["n"][m], Inc["d"][m], Inc["P"][m]
@@ -380,9 +389,9 @@ def _face_manifold(Ref, k, Inc, size):
     valid = valid & _distinct(P, _TIE * size)  # an incident face's vertex is also among the lowest vertices
     z = P @ n_r - d_r
     xy = P @ _plane_frame(n_r).T
-    idx = _lowest(xy, z, valid, _TIE * size, _BAND * jax.lax.stop_gradient(Inc["radius"]))
+    idx = _lowest(xy, z, valid, _TIE * size, _BAND * jax.lax.stop_gradient(Inc["radius"]), _MANIFOLD)
     gap = z[idx]
-    return gap, n_r, P[idx] - 0.5 * gap[:, None] * n_r
+    return _spare(gap, P[idx] - 0.5 * gap[:, None] * n_r, _TIE * size, size), n_r, P[idx] - 0.5 * gap[:, None] * n_r
 
 
 def _support_edge(M, u, n, sign):
@@ -427,7 +436,7 @@ def _polytopes(A, B, dim):
     # points are the ones about to touch (with the edge contact alone a hull rocking on a box's edge sank
     # 1.9 mm in a step). A point of one polytope inside the other is never deeper than the penetration depth
     # (the edge axis' overlap), which bounds their depths.
-    n_f = jnp.broadcast_to(n_f, (4, 3))
+    n_f = jnp.broadcast_to(n_f, (_MANIFOLD, 3))
     gap_fe = jnp.maximum(gap_f[1:], sep_e[ke])
     gap = jnp.where(on_edge, jnp.concatenate([((xb - xa) @ n_e)[None], gap_fe]), gap_f)
     n = jnp.where(on_edge, jnp.concatenate([n_e[None], n_f[1:]]), n_f)
@@ -469,7 +478,8 @@ def plane_mesh(a, b, dim):
     idx = _lowest(V @ _plane_frame(n).T, gaps, _distinct(V), tie, count=_PLANE)
     idx = jnp.sort(idx)  # in the vertices' order, not by depth: the slots of a resting face do not shuffle
     gap = gaps[idx]
-    return gap, jnp.broadcast_to(n, (idx.shape[0], 3)), V[idx] - 0.5 * gap[:, None] * n
+    x = V[idx] - 0.5 * gap[:, None] * n
+    return _spare(gap, x, tie, jax.lax.stop_gradient(M["radius"])), jnp.broadcast_to(n, (idx.shape[0], 3)), x
 
 
 @functools.partial(jax.jit, static_argnames="dim")

@@ -127,8 +127,8 @@ COLLIDERS = {
     ("plane", "mesh"): (plane_mesh, lambda dim: 8),
     ("sphere", "mesh"): (sphere_mesh, lambda dim: 1),
     ("capsule", "mesh"): (capsule_mesh, lambda dim: 2),
-    ("box", "mesh"): (box_mesh, lambda dim: 4),
-    ("mesh", "mesh"): (mesh_mesh, lambda dim: 4),
+    ("box", "mesh"): (box_mesh, lambda dim: 8),
+    ("mesh", "mesh"): (mesh_mesh, lambda dim: 8),
 }
 
 
