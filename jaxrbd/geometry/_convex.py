@@ -11,9 +11,10 @@ counts by repeating an entry (a repeated vertex, face, edge or direction changes
 no support, no separation and no clip), so the counts are static.
 
 Narrow phase (each pair function has the signature of `_pairs`):
-- plane-mesh: the signed distances of the vertices to the plane, the 4 lowest
-  (exact per vertex; ties with the fourth, as on a resting face of more than 4
-  vertices, go to the widest spread).
+- plane-mesh, 8 contacts: the signed distances of the vertices to the plane (exact per vertex): the 4
+  lowest (more than 4 tied with the lowest, as on a resting face of more than 4 vertices: the widest 4),
+  then the 4 lowest above those. With 4 a hull rocking on a nearly level face of 5 or more vertices let
+  the fifth fall 8 mm through the floor in a step.
 - sphere-mesh: the exact signed distance of the centre to the polytope: inside,
   the largest of the face-plane distances; outside, the nearest of the face
   projections that fall inside their face and the nearest points of the edges.
@@ -34,17 +35,25 @@ Narrow phase (each pair function has the signature of `_pairs`):
   the incident face (the most anti-parallel face of the other shape) clipped to
   the reference face: incident vertices inside the reference prism, reference
   vertices inside the incident face (at the incident face's height), and the
-  crossings of the incident edges with the reference sides, and the 4 lowest
+  crossings of the incident edges with the reference sides, and the 8 lowest
   vertices of the other shape inside the reference prism (on a hull of many
   small faces the deepest vertex need not lie on the incident face), in fixed
-  arrays with a mask; 4 kept by the widest spread (`_boxes._spread`), each gap the
-  height of its point above the reference plane. An edge axis: the closest
-  points of the two supporting edges in slot 0, and in slots 1-3 the points 2
-  to 4 of the better face axis' manifold, their depths bounded by the
+  arrays with a mask, each point once. Mesh-mesh keeps 4 of them: the 4 lowest,
+  or, where more than 4 lie within `_BAND` of the other shape's radius of the
+  lowest (a face resting or nearly), the widest 4 of those (`_boxes._spread`);
+  box-mesh keeps 8: those 4 and the 4 lowest above that band (a tumbling hull
+  of 11 vertices had its fifth lowest vertex, 3 cm above a table, inside it
+  after one step). Each gap is the height of its point above the reference
+  plane. An edge axis: the closest
+  points of the two supporting edges in slot 0, and in the other slots the points 2
+  onwards of the better face axis' manifold, their depths bounded by the
   penetration depth (a hull pivoting on an edge turns onto a face within the
   step, and those are the points about to touch). Separated: the exact
   distance (vertex-face projections inside the face, and every edge pair)
   replaces the slots whose gap is not a distance (`_boxes._with_exact`).
+
+A slot left without a point of its own (fewer distinct points than slots) repeats the lowest with its gap
+raised by the pair's size, so it carries no impulse (`_spare`).
 
 Meshes are 3D only (a planar scene with a mesh raises).
 """
@@ -61,9 +70,9 @@ from ._boxes import _NONE, _TINY, _cross_axes, _edge_wins, _norm, _segment_param
 _BIAS = 1e-9  # as in _boxes: the preference of a face of A, then of B, then of an edge, times the size
 _TIE = 1e-9  # depths within this times the size are tied in the choice of the first point
 _INSIDE = 1e-9  # point-in-polygon tolerance, times the edge length and the size
-_BAND = 0.05  # a face manifold spreads its 4 points over those within this times the incident radius of the lowest
-_PLANE = 8  # plane-mesh contacts: the lowest vertices
-_MANIFOLD = 8  # box-mesh and mesh-mesh contacts
+_BAND = (
+    0.05  # a face manifold spreads its first 4 points over those within this times the incident radius of the lowest
+)
 _LOWEST = 8  # the lowest vertices of the incident polytope inside the reference prism join a face manifold
 _COPLANAR = 1e-9  # hull triangles whose planes agree to this times the size form one face
 _MESH_KEYS = ("vertices", "normals", "offsets", "faces", "edges", "directions")
@@ -322,15 +331,25 @@ def _distinct(V, tol=0.0):
     return ~jnp.any(jnp.tril(same, -1), 1)
 
 
-def _lowest(xy, z, valid, tie, band=None, count=4):
-    """Indices of `count` of the valid points: the lowest (lowest first), or, where more than `count` lie within
-    `band` of the lowest (default: within tie, a face resting flat), the widest of those (`_boxes._spread`), the
-    lowest first. Too few valid points: the lowest repeated in the empty slots."""
-    low, lowest = jax.lax.top_k(-jnp.where(valid, z, jnp.inf), min(count, z.shape[0]))
-    lowest = jnp.where(jnp.isfinite(low), lowest, lowest[0])
-    lowest = jnp.concatenate([lowest, jnp.broadcast_to(lowest[0], (count - lowest.shape[0],))])
-    near = valid & (z <= (tie if band is None else band) - low[0])
-    return jnp.where(jnp.sum(near) > count, _spread(xy, z, near, tie, count), lowest)
+def _lowest(xy, z, valid, tie, band, count=8):
+    """Indices of 8 of the valid points: in slots 0-3 the 4 lowest (lowest first), or, where more than 4 lie
+    within `band` of the lowest (a face resting flat, or nearly), the widest 4 of those (`_boxes._spread`, the
+    lowest first); in slots 4-7 the 4 lowest of the points above that band. Slots left without a point repeat
+    the lowest (`_spare`)."""
+
+    def lowest(mask, count):
+        low, idx = jax.lax.top_k(-jnp.where(mask, z, jnp.inf), min(count, z.shape[0]))
+        idx = jnp.where(jnp.isfinite(low), idx, first)
+        return jnp.concatenate([idx, jnp.broadcast_to(first, (count - idx.shape[0],))]), low
+
+    first = jnp.argmin(jnp.where(valid, z, jnp.inf))
+    low4, low = lowest(valid, 4)
+    near = valid & (z <= band - low[0])
+    base = jnp.where(jnp.sum(near) > 4, _spread(xy, z, near, tie), low4)
+    if count == 4:
+        return base
+    taken = jnp.zeros(z.shape, bool).at[base].set(True)
+    return jnp.concatenate([base, lowest(valid & ~near & ~taken, count - 4)[0]])
 
 
 def _spare(gap, x, tol, size):
@@ -350,7 +369,7 @@ def _plane_frame(n):
     return jnp.stack([t, jnp.cross(n, t)])
 
 
-def _face_manifold(Ref, k, Inc, size):
+def _face_manifold(Ref, k, Inc, size, count):
     """The incident face of Inc clipped to face k of Ref: gaps (8,), the reference normal (3,), midpoints (8, 3)."""
     n_r, d_r, poly = Ref["n"][k], Ref["d"][k], Ref["P"][k]
     m = jnp.argmin(Inc["n"] @ n_r)
@@ -389,7 +408,7 @@ def _face_manifold(Ref, k, Inc, size):
     valid = valid & _distinct(P, _TIE * size)  # an incident face's vertex is also among the lowest vertices
     z = P @ n_r - d_r
     xy = P @ _plane_frame(n_r).T
-    idx = _lowest(xy, z, valid, _TIE * size, _BAND * jax.lax.stop_gradient(Inc["radius"]), _MANIFOLD)
+    idx = _lowest(xy, z, valid, _TIE * size, _BAND * jax.lax.stop_gradient(Inc["radius"]), count)
     gap = z[idx]
     return _spare(gap, P[idx] - 0.5 * gap[:, None] * n_r, _TIE * size, size), n_r, P[idx] - 0.5 * gap[:, None] * n_r
 
@@ -404,8 +423,8 @@ def _support_edge(M, u, n, sign):
     return c[i], e[i], hl[i]
 
 
-def _polytopes(A, B, dim):
-    """SAT, manifold and exact distance of two polytopes (world arrays): gap (4,), normal (4, 3), point (4, 3)."""
+def _polytopes(A, B, dim, count):
+    """SAT, manifold and exact distance of two polytopes (world arrays): gap (c,), normal (c, 3), point (c, 3)."""
     if dim != 3:
         raise ValueError("a ConvexMesh is supported in 3D scenes only (dim=3)")
     size = jax.lax.stop_gradient(A["radius"] + B["radius"])
@@ -419,8 +438,8 @@ def _polytopes(A, B, dim):
     ka, kb, ke = jnp.argmax(sep_a), jnp.argmax(sep_b), jnp.argmax(sep_e)
     on_b = sep_b[kb] > sep_a[ka] + _BIAS * size
     on_edge = _edge_wins(sep_e[ke], jnp.where(on_b, sep_b[kb], sep_a[ka]), size)
-    gap_a, n_a, x_a = _face_manifold(A, ka, B, size)
-    gap_b, n_b, x_b = _face_manifold(B, kb, A, size)
+    gap_a, n_a, x_a = _face_manifold(A, ka, B, size, count)
+    gap_b, n_b, x_b = _face_manifold(B, kb, A, size, count)
     gap_f = jnp.where(on_b, gap_b, gap_a)
     n_f = jnp.where(on_b, -n_b, n_a)
     x_f = jnp.where(on_b, x_b, x_a)
@@ -431,12 +450,12 @@ def _polytopes(A, B, dim):
     cb, ub, lb = _support_edge(B, B["U"][ke % Eb], n_e, -1.0)
     s, t = _segment_params(ca, ua, la, cb, ub, lb)
     xa, xb = ca + s * ua, cb + t * ub
-    # An edge-edge axis keeps the edge contact in slot 0 and the face manifold's points 2 to 4 (its deepest
+    # An edge-edge axis keeps the edge contact in slot 0 and the face manifold's points from 2 on (its deepest
     # lies by the edge contact): a polytope pivoting on an edge turns face to face within a step, and those
     # points are the ones about to touch (with the edge contact alone a hull rocking on a box's edge sank
     # 1.9 mm in a step). A point of one polytope inside the other is never deeper than the penetration depth
     # (the edge axis' overlap), which bounds their depths.
-    n_f = jnp.broadcast_to(n_f, (_MANIFOLD, 3))
+    n_f = jnp.broadcast_to(n_f, (gap_f.shape[0], 3))
     gap_fe = jnp.maximum(gap_f[1:], sep_e[ke])
     gap = jnp.where(on_edge, jnp.concatenate([((xb - xa) @ n_e)[None], gap_fe]), gap_f)
     n = jnp.where(on_edge, jnp.concatenate([n_e[None], n_f[1:]]), n_f)
@@ -449,23 +468,24 @@ def _polytopes(A, B, dim):
 @functools.partial(jax.jit, static_argnames="dim")
 def mesh_mesh(a, b, dim):
     """Mesh-mesh, 4 contacts: SAT over face normals and edge pairs, the clipped face manifold (module docstring)."""
-    return _polytopes(_world(a), _world(b), dim)
+    return _polytopes(_world(a), _world(b), dim, 4)
 
 
 @functools.partial(jax.jit, static_argnames="dim")
 def box_mesh(a, b, dim):
-    """Box-mesh, 4 contacts: the box as a polytope, then as mesh-mesh."""
-    return _polytopes(_box_as_mesh(a), _world(b), dim)
+    """Box-mesh, 8 contacts: the box as a polytope, then as mesh-mesh with 4 more points (module docstring)."""
+    return _polytopes(_box_as_mesh(a), _world(b), dim, 8)
 
 
 @functools.partial(jax.jit, static_argnames="dim")
 def plane_mesh(a, b, dim):
-    """Plane-mesh: the signed distances of the 4 lowest vertices (exact per vertex).
+    """Plane-mesh, 8 contacts: the signed distances of the 4 lowest vertices and the 4 lowest above them (exact
+    per vertex).
 
-    Vertices tied with the fourth lowest (a face of more than 4 vertices resting
-    flat) are chosen by the widest spread (`_boxes._spread`), so the contacts
-    span the face and are the same from step to step; the slots hold them in the
-    vertices' order, so a resting face keeps each vertex in its slot (the warm start).
+    Vertices tied with the lowest (a face of more than 4 vertices resting flat)
+    are chosen by the widest spread (`_boxes._spread`), so the contacts span the
+    face and are the same from step to step; the slots hold them in the vertices'
+    order, so a resting face keeps each vertex in its slot (the warm start).
     """
     if dim != 3:
         raise ValueError("a ConvexMesh is supported in 3D scenes only (dim=3)")
@@ -475,7 +495,7 @@ def plane_mesh(a, b, dim):
     gaps = V @ n - d
     tie = _TIE * jax.lax.stop_gradient(M["radius"])
     # The spread of 4 points can skip one inside the triangle of the others: the widest only among the tied.
-    idx = _lowest(V @ _plane_frame(n).T, gaps, _distinct(V), tie, count=_PLANE)
+    idx = _lowest(V @ _plane_frame(n).T, gaps, _distinct(V), tie, tie)
     idx = jnp.sort(idx)  # in the vertices' order, not by depth: the slots of a resting face do not shuffle
     gap = gaps[idx]
     x = V[idx] - 0.5 * gap[:, None] * n

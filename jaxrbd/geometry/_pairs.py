@@ -128,7 +128,7 @@ COLLIDERS = {
     ("sphere", "mesh"): (sphere_mesh, lambda dim: 1),
     ("capsule", "mesh"): (capsule_mesh, lambda dim: 2),
     ("box", "mesh"): (box_mesh, lambda dim: 8),
-    ("mesh", "mesh"): (mesh_mesh, lambda dim: 8),
+    ("mesh", "mesh"): (mesh_mesh, lambda dim: 4),
 }
 
 
