@@ -332,10 +332,10 @@ def _distinct(V, tol=0.0):
 
 
 def _lowest(xy, z, valid, tie, band, count=8):
-    """Indices of 8 of the valid points: in slots 0-3 the 4 lowest (lowest first), or, where more than 4 lie
-    within `band` of the lowest (a face resting flat, or nearly), the widest 4 of those (`_boxes._spread`, the
-    lowest first); in slots 4-7 the 4 lowest of the points above that band. Slots left without a point repeat
-    the lowest (`_spare`)."""
+    """Indices of `count` (4 or 8) of the valid points: in slots 0-3 the 4 lowest (lowest first), or, where more
+    than 4 lie within `band` of the lowest (a face resting flat, or nearly), the widest 4 of those
+    (`_boxes._spread`, the lowest first); in slots 4-7 the 4 lowest of the points above that band. Slots left
+    without a point repeat the lowest (`_spare`)."""
 
     def lowest(mask, count):
         low, idx = jax.lax.top_k(-jnp.where(mask, z, jnp.inf), min(count, z.shape[0]))
@@ -370,7 +370,8 @@ def _plane_frame(n):
 
 
 def _face_manifold(Ref, k, Inc, size, count):
-    """The incident face of Inc clipped to face k of Ref: gaps (8,), the reference normal (3,), midpoints (8, 3)."""
+    """The incident face of Inc clipped to face k of Ref: gaps (count,), the reference normal (3,), midpoints
+    (count, 3)."""
     n_r, d_r, poly = Ref["n"][k], Ref["d"][k], Ref["P"][k]
     m = jnp.argmin(Inc["n"] @ n_r)
     o, d_o, ipoly = Inc["n"][m], Inc["d"][m], Inc["P"][m]
@@ -410,7 +411,8 @@ def _face_manifold(Ref, k, Inc, size, count):
     xy = P @ _plane_frame(n_r).T
     idx = _lowest(xy, z, valid, _TIE * size, _BAND * jax.lax.stop_gradient(Inc["radius"]), count)
     gap = z[idx]
-    return _spare(gap, P[idx] - 0.5 * gap[:, None] * n_r, _TIE * size, size), n_r, P[idx] - 0.5 * gap[:, None] * n_r
+    x = P[idx] - 0.5 * gap[:, None] * n_r
+    return _spare(gap, x, _TIE * size, size), n_r, x
 
 
 def _support_edge(M, u, n, sign):
