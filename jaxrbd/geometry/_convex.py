@@ -70,9 +70,8 @@ from ._boxes import _NONE, _TINY, _cross_axes, _edge_wins, _norm, _segment_param
 _BIAS = 1e-9  # as in _boxes: the preference of a face of A, then of B, then of an edge, times the size
 _TIE = 1e-9  # depths within this times the size are tied in the choice of the first point
 _INSIDE = 1e-9  # point-in-polygon tolerance, times the edge length and the size
-_BAND = (
-    0.05  # a face manifold spreads its first 4 points over those within this times the incident radius of the lowest
-)
+# A face manifold spreads its first 4 points over those within this times the incident radius of the lowest.
+_BAND = 0.05
 _LOWEST = 8  # the lowest vertices of the incident polytope inside the reference prism join a face manifold
 _COPLANAR = 1e-9  # hull triangles whose planes agree to this times the size form one face
 _MESH_KEYS = ("vertices", "normals", "offsets", "faces", "edges", "directions")
