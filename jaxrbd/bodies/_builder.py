@@ -826,6 +826,7 @@ class SceneBuilder:
         # Pair up shapes, canonical kind order, grouped by kind pair.
         order = geometry.KINDS.index
         groups, contact_info = {}, []
+        vertices = max((len(s.arrays()["vertices"]) for _, s in stacks.get("mesh", ())), default=0)  # padded to
         for a, b in self._body_pairs():
             for ka, sa in enumerate(owners[a][1]):
                 for kb, sb in enumerate(owners[b][1]):
@@ -837,8 +838,8 @@ class SceneBuilder:
                     except ValueError as err:
                         raise ValueError(f"bodies {na!r} and {nb_!r}: {err}") from None
                     key = (sha.kind, shb.kind)
-                    groups.setdefault(key, []).append((ia[1], ib[1], capacity(self.dim)))
-                    contact_info.append((key, na, nb_, sha, shb, capacity(self.dim)))
+                    groups.setdefault(key, []).append((ia[1], ib[1], capacity(self.dim, vertices)))
+                    contact_info.append((key, na, nb_, sha, shb, capacity(self.dim, vertices)))
         pair_groups = tuple(_group(kinds, entries, self.broadphase) for kinds, entries in groups.items())
         # Contacts are ordered by group; within a group, in pair order.
         q0 = _concatenate([b.q for b in self._bodies])

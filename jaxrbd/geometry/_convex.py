@@ -73,6 +73,7 @@ _INSIDE = 1e-9  # point-in-polygon tolerance, times the edge length and the size
 # A face manifold spreads its first 4 points over those within this times the incident radius of the lowest.
 _BAND = 0.05
 _LOWEST = 8  # the lowest vertices of the incident polytope inside the reference prism join a face manifold
+_NEAR = 4  # the vertices of each polytope nearest the other that the clip does not see join an 8-point manifold
 _COPLANAR = 1e-9  # hull triangles whose planes agree to this times the size form one face
 _MESH_KEYS = ("vertices", "normals", "offsets", "faces", "edges", "directions")
 
@@ -322,28 +323,32 @@ def _mesh_distance(A, B, size):
     return dist[k], wa[k], wb[k], n
 
 
-def _distinct(V, tol=0.0):
-    """(v,) whether each point differs from every earlier one by more than tol: a padded mesh repeats its first
-    vertex (`pad_meshes`), and a choice of the lowest few must not take a point twice (the 4 lowest of a hull of
-    7 vertices padded to 13 were one vertex 4 times, and the hull sank 16 mm into the floor)."""
+def _distinct(V, tol=0.0, valid=None):
+    """(v,) whether each point differs by more than tol from every earlier one (of those valid, if given): a padded
+    mesh repeats its first vertex (`pad_meshes`), and a choice of the lowest few must not take a point twice (the
+    4 lowest of a hull of 7 vertices padded to 13 were one vertex 4 times, and the hull sank 16 mm into the
+    floor)."""
     same = jnp.sum((V[:, None, :] - V[None, :, :]) ** 2, -1) <= tol * tol
+    if valid is not None:
+        same = same & valid[None, :]
     return ~jnp.any(jnp.tril(same, -1), 1)
 
 
-def _lowest(xy, z, valid, tie, band, count=8):
+def _lowest(xy, z, valid, tie, band, count=8, first4=None):
     """Indices of `count` (4 or 8) of the valid points: in slots 0-3 the 4 lowest (lowest first), or, where more
     than 4 lie within `band` of the lowest (a face resting flat, or nearly), the widest 4 of those
-    (`_boxes._spread`, the lowest first); in slots 4-7 the 4 lowest of the points above that band. Slots left
-    without a point repeat the lowest (`_spare`)."""
+    (`_boxes._spread`, the lowest first), among `first4` (all by default); in slots 4-7 the 4 lowest of the
+    points above that band. Slots left without a point repeat the lowest (`_spare`)."""
 
     def lowest(mask, count):
         low, idx = jax.lax.top_k(-jnp.where(mask, z, jnp.inf), min(count, z.shape[0]))
         idx = jnp.where(jnp.isfinite(low), idx, first)
         return jnp.concatenate([idx, jnp.broadcast_to(first, (count - idx.shape[0],))]), low
 
-    first = jnp.argmin(jnp.where(valid, z, jnp.inf))
-    low4, low = lowest(valid, 4)
-    near = valid & (z <= band - low[0])
+    head = valid if first4 is None else valid & first4
+    first = jnp.argmin(jnp.where(head, z, jnp.inf))
+    low4, low = lowest(head, 4)
+    near = head & (z <= band - low[0])
     base = jnp.where(jnp.sum(near) > 4, _spread(xy, z, near, tie), low4)
     if count == 4:
         return base
@@ -405,13 +410,44 @@ def _face_manifold(Ref, k, Inc, size, count):
     P = jnp.concatenate(points)
     valid = jnp.concatenate(valid)
     valid = jnp.where(jnp.any(valid), valid, jnp.arange(P.shape[0]) < ipoly.shape[0])
-    valid = valid & _distinct(P, _TIE * size)  # an incident face's vertex is also among the lowest vertices
     z = P @ n_r - d_r
-    xy = P @ _plane_frame(n_r).T
-    idx = _lowest(xy, z, valid, _TIE * size, _BAND * jax.lax.stop_gradient(Inc["radius"]), count)
-    gap = z[idx]
-    x = P[idx] - 0.5 * gap[:, None] * n_r
-    return _spare(gap, x, _TIE * size, size), n_r, x
+    normal = jnp.broadcast_to(n_r, P.shape)
+    clipped = jnp.ones(P.shape[0], bool)
+    if count > 4:
+        # Vertices the clip does not see, at their exact distance to the other polytope, for the slots above
+        # the band: those of Ref off the reference face and those of Inc outside its prism. A hull resting on
+        # a small facet over a curved hull had every point under that facet, and one of its own vertices 5 mm
+        # off the other hull went 19 mm into it in one step.
+        V, g, out, ok = _near_vertices(Ref, Inc, Ref["V"] @ n_r - d_r < -_TIE * size, size)
+        U, gi, outi, oki = _near_vertices(Inc, Ref, ~_in_polygon(Inc["V"], poly, n_r, tol), size)
+        P = jnp.concatenate([P, V - g[:, None] * out, U])  # each on Inc's side, as the clipped points
+        z = jnp.concatenate([z, g, gi])
+        normal = jnp.concatenate([normal, -out, outi])  # from Ref towards Inc
+        valid = jnp.concatenate([valid, ok, oki])
+        clipped = jnp.arange(P.shape[0]) < clipped.shape[0]
+    x = P - 0.5 * z[:, None] * normal
+    valid = valid & _distinct(x, _TIE * size, valid)  # an incident face's vertex is also among the lowest vertices
+    band = _BAND * jax.lax.stop_gradient(Inc["radius"])
+    if count > 4:
+        # Not within the band of a clipped point: on faces resting on faces of the same outline each corner's
+        # contact would come twice, from either side.
+        gone = jnp.sum((x[:, None, :] - x[None, :, :]) ** 2, -1) <= band * band
+        valid = valid & (clipped | ~jnp.any(gone & (clipped & valid)[None, :], 1))
+    xy = x @ _plane_frame(n_r).T
+    idx = _lowest(xy, z, valid, _TIE * size, band, count, clipped)
+    return _spare(z[idx], x[idx], _TIE * size, size), normal[idx], x[idx]
+
+
+def _near_vertices(X, Y, mask, size):
+    """The `_NEAR` vertices of X (among mask) nearest Y by their largest face-plane distance, at their exact
+    signed distance to Y (`_point_mesh`): the vertices (k, 3), the distances (k,), Y's outward normals there
+    (k, 3) and whether each is one of mask."""
+    ok = mask & _distinct(X["V"])
+    bound = jnp.max(X["V"] @ Y["n"].T - Y["d"], axis=1)  # at most the distance, the depth inside
+    _, idx = jax.lax.top_k(-jnp.where(ok, bound, jnp.inf), min(_NEAR, X["V"].shape[0]))
+    V = X["V"][idx]
+    signed, out = jax.vmap(lambda v: _point_mesh(v, Y, size))(V)
+    return V, signed, out, ok[idx]
 
 
 def _support_edge(M, u, n, sign):
@@ -466,10 +502,18 @@ def _polytopes(A, B, dim, count):
     return _with_exact(gap, n, x, separated, dist, n_star, 0.5 * (wa + wb), size)[:3]
 
 
+def mesh_mesh_count(vertices):
+    """The contacts of a mesh-mesh pair between meshes padded to `vertices` hull vertices: 8 where some mesh has
+    more than 8 (a hull of many small facets, which a hull rocking on it meets at a neighbouring facet within a
+    step), else 4 (boxes and wedges given as meshes: with 8, a packed pile of 18 mesh cubes did not converge)."""
+    return 8 if vertices > 8 else 4
+
+
 @functools.partial(jax.jit, static_argnames="dim")
 def mesh_mesh(a, b, dim):
-    """Mesh-mesh, 4 contacts: SAT over face normals and edge pairs, the clipped face manifold (module docstring)."""
-    return _polytopes(_world(a), _world(b), dim, 4)
+    """Mesh-mesh, 4 or 8 contacts (`mesh_mesh_count`): SAT over face normals and edge pairs, the clipped face
+    manifold (module docstring)."""
+    return _polytopes(_world(a), _world(b), dim, mesh_mesh_count(a["vertices"].shape[0]))
 
 
 @functools.partial(jax.jit, static_argnames="dim")

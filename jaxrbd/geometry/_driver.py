@@ -107,6 +107,11 @@ def collide(groups, shape_bodies, shapes, p, R, dim, overflow_distance=0.0):
         A = jax.tree_util.tree_map(lambda x: take(x, ia), world[g.kind_a])
         B = jax.tree_util.tree_map(lambda x: take(x, ib), world[g.kind_b])
         gap, n, x = jax.vmap(functools.partial(fn, dim=dim))(A, B)
+        if gap.shape[1] != g.capacity:  # mesh-mesh's count follows the meshes' padded vertex count
+            raise ValueError(
+                f"the {g.kind_a}-{g.kind_b} pairs give {gap.shape[1]} contacts where the scene was built with "
+                f"{g.capacity}: pad meshes (geometry.pad_meshes) before building the scene, not after"
+            )
         parts["gap"].append(gap.reshape(-1))
         parts["n"].append(n.reshape(-1, 3))
         parts["x"].append(x.reshape(-1, 3))

@@ -13,7 +13,7 @@ import numpy as np
 
 from .. import _rotation as rot
 from ._boxes import box_box, capsule_box, capsule_capsule
-from ._convex import box_mesh, capsule_mesh, mesh_mesh, plane_mesh, sphere_mesh
+from ._convex import box_mesh, capsule_mesh, mesh_mesh, mesh_mesh_count, plane_mesh, sphere_mesh
 
 _TINY = 1e-30
 
@@ -105,30 +105,31 @@ def sphere_box(a, b, dim):
     return gap[None], -n[None], (a["p"] - (r + 0.5 * gap) * n)[None]
 
 
-def _box_capacity(dim):
+def _box_capacity(dim, vertices):
     return 4 if dim == 3 else 2
 
 
-def _box_box_capacity(dim):
+def _box_box_capacity(dim, vertices):
     return 8 if dim == 3 else 2
 
 
-# (kind a, kind b) -> (closed form, capacity(dim)); kinds in the order of KINDS.
+# (kind a, kind b) -> (closed form, capacity(dim, vertices)); kinds in the order of KINDS. `vertices` is the
+# number of hull vertices the scene's meshes are padded to (`pad_meshes`; 0 without meshes).
 COLLIDERS = {
-    ("plane", "sphere"): (plane_sphere, lambda dim: 1),
-    ("plane", "capsule"): (plane_capsule, lambda dim: 2),
+    ("plane", "sphere"): (plane_sphere, lambda dim, vertices: 1),
+    ("plane", "capsule"): (plane_capsule, lambda dim, vertices: 2),
     ("plane", "box"): (plane_box, _box_capacity),
-    ("sphere", "sphere"): (sphere_sphere, lambda dim: 1),
-    ("sphere", "capsule"): (sphere_capsule, lambda dim: 1),
-    ("sphere", "box"): (sphere_box, lambda dim: 1),
-    ("capsule", "capsule"): (capsule_capsule, lambda dim: 2),
-    ("capsule", "box"): (capsule_box, lambda dim: 4),  # see `capsule_box`
+    ("sphere", "sphere"): (sphere_sphere, lambda dim, vertices: 1),
+    ("sphere", "capsule"): (sphere_capsule, lambda dim, vertices: 1),
+    ("sphere", "box"): (sphere_box, lambda dim, vertices: 1),
+    ("capsule", "capsule"): (capsule_capsule, lambda dim, vertices: 2),
+    ("capsule", "box"): (capsule_box, lambda dim, vertices: 4),  # see `capsule_box`
     ("box", "box"): (box_box, _box_box_capacity),
-    ("plane", "mesh"): (plane_mesh, lambda dim: 8),
-    ("sphere", "mesh"): (sphere_mesh, lambda dim: 1),
-    ("capsule", "mesh"): (capsule_mesh, lambda dim: 2),
-    ("box", "mesh"): (box_mesh, lambda dim: 8),
-    ("mesh", "mesh"): (mesh_mesh, lambda dim: 4),
+    ("plane", "mesh"): (plane_mesh, lambda dim, vertices: 8),
+    ("sphere", "mesh"): (sphere_mesh, lambda dim, vertices: 1),
+    ("capsule", "mesh"): (capsule_mesh, lambda dim, vertices: 2),
+    ("box", "mesh"): (box_mesh, lambda dim, vertices: 8),
+    ("mesh", "mesh"): (mesh_mesh, lambda dim, vertices: mesh_mesh_count(vertices)),
 }
 
 
