@@ -475,6 +475,47 @@ def test_tetrahedron_dropped_on_a_plane_comes_to_rest():
     np.testing.assert_allclose(np.sort(gaps[-1])[:3], 0.0, atol=1e-6)
 
 
+def test_a_hull_landing_on_a_curved_hull_keeps_its_nearest_vertices():
+    """`benchmarks/mesh_drops.py`'s draw 77 at step 31: a 6-point hull (radius 4.8 cm), spinning, 1.35 mm above
+    the static 48-point hull. The reference face is a facet of the static hull and the clip sees only the points
+    under it; the falling hull's vertex 5.24 mm off a neighbouring facet went 18.9 mm into it in the next step.
+    Every vertex of either hull within 3 cm of the other is now a contact at its exact distance (scipy), in either
+    order of the pair; a pair of meshes of more than 8 vertices keeps 8 contacts, of boxes given as meshes 4."""
+    spec = importlib.util.spec_from_file_location("mesh_drops", BENCHMARKS / "mesh_drops.py")
+    drops = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(drops)
+    points = np.array(
+        [
+            [-0.00839936963351845, 0.03986133076382904, -0.025384031019623],
+            [0.04020446732971441, -0.00889348456935034, -0.02310043707330202],
+            [0.02128599996143738, -0.03703456778613908, -0.02108032842083891],
+            [-0.00303391103814779, 0.047227694709731, 0.00253805032442737],
+            [0.01725668345912248, -0.03663751224934855, -0.02559915214362828],
+            [0.03891281654204282, -0.02573101489371243, -0.00271165314017719],
+        ]
+    )
+    np.testing.assert_allclose(drops.draw(77)[1], points, rtol=1e-14)
+    q = np.array([-0.9059451887385106, -0.1897796209511648, 0.20884103532388526])
+    R = np.asarray(
+        rot.to_matrix(jnp.array([-0.3192368932672421, 0.07402149441573945, -0.9438248575676531, 0.0424648393254872]))
+    )
+    hull = _posed(_arrays(rbd.ConvexMesh(points)), jnp.asarray(q), jnp.asarray(R))
+    rock = _posed(_arrays(rbd.ConvexMesh(drops.ROCK)), jnp.asarray(drops.ROCK_AT, float), jnp.eye(3))
+    hull_points, rock_points = q + points @ R.T, drops.ROCK + drops.ROCK_AT
+    near = [reference_signed_distance(v, rock_points) for v in hull_points]
+    near += [reference_signed_distance(v, hull_points) for v in rock_points]
+    near = np.sort([d for d in near if d < 0.03])
+    assert len(near) >= 3 and 5.2e-3 < near[1] < 5.3e-3  # the vertex that went through
+    for a, b in ((hull, rock), (rock, hull)):
+        gap = np.asarray(geometry.mesh_mesh(a, b, 3)[0])
+        assert gap.shape == (8,)
+        for d in near:
+            assert np.abs(gap - d).min() <= SEPARATED, (d, gap)
+    cube = _arrays(rbd.ConvexMesh(_SIGNS * 0.1))
+    below, above = (_posed(cube, jnp.array([0.0, 0.0, z]), jnp.eye(3)) for z in (0.0, 0.2))
+    assert geometry.mesh_mesh(below, above, 3)[0].shape == (4,)
+
+
 @pytest.mark.slow
 def test_mesh_rests_on_a_static_mesh_without_creep():
     """A cube given as a mesh resting off-centre on a static slab given as a mesh (mesh-mesh, parallel
