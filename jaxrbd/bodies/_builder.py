@@ -826,7 +826,8 @@ class SceneBuilder:
         # Pair up shapes, canonical kind order, grouped by kind pair.
         order = geometry.KINDS.index
         groups, contact_info = {}, []
-        vertices = max((len(s.arrays()["vertices"]) for _, s in stacks.get("mesh", ())), default=0)  # padded to
+        # The hull vertices the scene's meshes are padded to: a mesh-mesh pair's capacity depends on it.
+        vertices = max((len(s.arrays()["vertices"]) for _, s in stacks.get("mesh", ())), default=0)
         for a, b in self._body_pairs():
             for ka, sa in enumerate(owners[a][1]):
                 for kb, sb in enumerate(owners[b][1]):

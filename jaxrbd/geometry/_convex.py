@@ -383,8 +383,8 @@ def _plane_frame(n):
 
 
 def _face_manifold(Ref, k, Inc, size, count):
-    """The incident face of Inc clipped to face k of Ref: gaps (count,), the reference normal (3,), midpoints
-    (count, 3)."""
+    """The incident face of Inc clipped to face k of Ref: gaps (count,), normals from Ref towards Inc (count, 3)
+    (the reference face's but on the vertices the clip does not see), midpoints (count, 3)."""
     n_r, d_r, poly = Ref["n"][k], Ref["d"][k], Ref["P"][k]
     m = jnp.argmin(Inc["n"] @ n_r)
     o, d_o, ipoly = Inc["n"][m], Inc["d"][m], Inc["P"][m]
@@ -423,10 +423,8 @@ def _face_manifold(Ref, k, Inc, size, count):
     normal = jnp.broadcast_to(n_r, P.shape)
     clipped = jnp.ones(P.shape[0], bool)
     if count > 4:
-        # Vertices the clip does not see, at their exact distance to the other polytope, for the slots above
-        # the band: those of Ref off the reference face and those of Inc outside its prism. A hull resting on
-        # a small facet over a curved hull had every point under that facet, and one of its own vertices 5 mm
-        # off the other hull went 19 mm into it in one step.
+        # For the slots above the band, the vertices the clip does not see (module docstring): those of Ref off
+        # the reference face and those of Inc outside its prism, at their exact distance to the other polytope.
         V, g, out, ok = _near_vertices(Ref, Inc, Ref["V"] @ n_r - d_r < -_TIE * size, size)
         U, gi, outi, oki = _near_vertices(Inc, Ref, ~_in_polygon(Inc["V"], poly, n_r, tol), size)
         P = jnp.concatenate([P, V - g[:, None] * out, U])  # each on Inc's side, as the clipped points
@@ -501,7 +499,6 @@ def _polytopes(A, B, dim, count):
     # points are the ones about to touch (with the edge contact alone a hull rocking on a box's edge sank
     # 1.9 mm in a step). A point of one polytope inside the other is never deeper than the penetration depth
     # (the edge axis' overlap), which bounds their depths.
-    n_f = jnp.broadcast_to(n_f, (gap_f.shape[0], 3))
     gap_fe = jnp.maximum(gap_f[1:], sep_e[ke])
     gap = jnp.where(on_edge, jnp.concatenate([((xb - xa) @ n_e)[None], gap_fe]), gap_f)
     n = jnp.where(on_edge, jnp.concatenate([n_e[None], n_f[1:]]), n_f)
