@@ -80,6 +80,33 @@ def test_a_flat_rest_loads_its_corners_equally_from_any_warm_start(name):
         assert float(jnp.max(jnp.abs(sol.z - cold.z))) <= EQUAL * float(jnp.max(jnp.abs(cold.z))), (name, start)
 
 
+def test_a_rest_held_by_friction_along_no_cone_direction_has_one_impulse():
+    """A 10 cm cube resting on a plane under gravity (1, 2, -9.81): its friction holds a load 18 degrees from the
+    nearest of the cone's 8 directions. The least-norm impulses among the non-negative ones (the projection alone
+    split the friction over opposite directions, one negative, and was refused) are the same from a zero, the
+    previous and a random warm start, and the corner loads vary linearly across the face (no twist component,
+    which is what the least norm removes from a square's four corners)."""
+    b = rbd.SceneBuilder(gravity=(1.0, 2.0, -9.81), mu=0.8)
+    b.add_static("floor", rbd.Plane())
+    b.add_body("cube", rbd.Box((0.05, 0.05, 0.05)), mass=1.0, position=(0.0, 0.0, 0.05))
+    system, state = b.build()
+    cone = rbd.stepping.default_cone(system, jax.eval_shape(system.contacts, state.q))
+    problem, _ = rbd.stepping.step_problem_at(system, state, H, scheme=rbd.StewartTrinkle(), cone=cone)
+    lcp, contacts = problem.problem, system.contacts(state.q)
+    ng, nc = lcp.n_free, len(lcp.counts)
+    cold = rbd.complementarity.solve(lcp, solver=SOLVER)
+    rng = np.random.default_rng(0)
+    for z0 in (None, cold.z, jnp.asarray(rng.uniform(0.0, 2.0 * float(jnp.max(cold.z)), cold.z.shape))):
+        sol = rbd.complementarity.solve(lcp, solver=SOLVER, z0=z0)
+        assert bool(sol.converged) and float(jnp.min(sol.z[ng:-nc])) >= 0.0  # c_n and beta
+        assert float(jnp.max(jnp.abs(sol.z - cold.z))) <= EQUAL * float(jnp.max(jnp.abs(cold.z)))
+    xy = np.asarray(contacts.point)[:, :2]
+    loads = np.asarray(cold.z[ng : ng + nc])
+    assert len(np.unique(np.round(xy, 9), axis=0)) == 4 and loads.min() > 0.0
+    plane = np.linalg.lstsq(np.c_[np.ones(4), xy], loads, rcond=None)[0]
+    np.testing.assert_allclose(np.c_[np.ones(4), xy] @ plane, loads, rtol=EQUAL)
+
+
 def test_least_norm_is_a_checked_switch():
     with pytest.raises(TypeError, match="least_norm must be True or False"):
         rbd.SemismoothNewton(least_norm=1)

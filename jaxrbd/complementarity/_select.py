@@ -17,9 +17,11 @@ sliding contacts) in the m-weighted norm, computed by the normal equations: the 
 vanishing Tikhonov term on the impulses, among the solutions with the solve's velocities. A symmetric rest then carries a symmetric load
 (a cube's corners carry a quarter of its weight each), whatever the warm start, and the
 velocities, the exact cases (zero creep, the papers' problems) and the residual are
-unchanged. Where the projection leaves the solution set (a negative impulse, a sticking
-contact pushed outside its cone: the residual grows above the tolerance), the solve's own
-solution is kept.
+unchanged. Where the projection has a negative impulse (a sticking contact loaded along none
+of the cone's directions: its friction split over opposite directions), the least-norm
+solution among the non-negative ones is taken instead (`NONNEGATIVE` semismooth Newton steps).
+Where the selection still leaves the solution set (a sticking contact pushed outside its cone:
+the residual grows above the tolerance), the solve's own solution is kept.
 
 Where several solutions have different velocities (a cube sliding and spinning on a face,
 whose friction torque depends on the load split), the rule selects among those with the
@@ -32,6 +34,7 @@ import jax.numpy as jnp
 from .._problems import LCP, _direction_incidence, natural_residual
 
 REFINEMENTS = 2  # of the regularized normal equations, against the unregularized ones
+NONNEGATIVE = 6  # semismooth Newton steps towards the non-negative least-norm impulses
 ROUND_OFF = 100  # a selection that moves no impulse by more than this many eps of the largest is not taken
 
 
@@ -75,7 +78,26 @@ def least_norm(problem, z, tol):
     y = jax.scipy.linalg.cho_solve(factor, rhs)
     for _ in range(REFINEMENTS):
         y = y + jax.scipy.linalg.cho_solve(factor, rhs - G @ y)
-    selected = jnp.where(S, V @ y / r, z)
+    # The impulse rows stay non-negative: the least-norm z >= 0 with V^T z = V^T z* is z = max(V y, 0) (the
+    # equality rows unsigned) for the y that solves V^T max(V y, 0) = V^T z*, a piecewise-linear equation that
+    # semismooth Newton solves from the projection's y. Without it a sticking contact loaded along none of the
+    # cone's directions split its friction over opposite directions, one of them negative.
+    # Where the projection is non-negative to round-off it is that minimiser, and is taken as it is.
+    free = rows < ng
+    eye = jnp.eye(G.shape[0], dtype=dtype)
+    u = V @ y
+    signed = S & ~free & (u < -ROUND_OFF * jnp.finfo(dtype).eps * jnp.max(jnp.abs(u)))
+
+    def nonnegative(y):
+        for _ in range(NONNEGATIVE):
+            u = V @ y
+            Va = jnp.where((S & (free | (u > 0)))[:, None], V, 0.0)
+            y = y + jax.scipy.linalg.solve(Va.T @ Va + floor * eye, rhs - Va.T @ u, assume_a="pos")
+        u = V @ y
+        return jnp.where(free, u, jnp.maximum(u, 0.0))
+
+    u = jax.lax.cond(jnp.any(signed), nonnegative, lambda y: u, y)  # one branch runs, but under vmap
+    selected = jnp.where(S, u / r, z)
     before = natural_residual(z, w, ng)
     after = natural_residual(selected, problem.F(selected), ng)
     # A change at round-off is no choice between solutions: it would only move rows at z = w = 0 onto the
