@@ -81,8 +81,8 @@ def least_norm(problem, z, tol):
     # The impulse rows stay non-negative: the least-norm z >= 0 with V^T z = V^T z* is z = max(V y, 0) (the
     # equality rows unsigned) for the y that solves V^T max(V y, 0) = V^T z*, a piecewise-linear equation that
     # semismooth Newton solves from the projection's y. Without it a sticking contact loaded along none of the
-    # cone's directions split its friction over opposite directions, one of them negative.
-    # Where the projection is non-negative to round-off it is that minimiser, and is taken as it is.
+    # cone's directions split its friction over opposite directions, one of them negative. A projection that is
+    # non-negative to round-off is that minimiser already, and is taken as it is.
     free = rows < ng
     eye = jnp.eye(G.shape[0], dtype=dtype)
     u = V @ y
@@ -96,7 +96,7 @@ def least_norm(problem, z, tol):
         u = V @ y
         return jnp.where(free, u, jnp.maximum(u, 0.0))
 
-    u = jax.lax.cond(jnp.any(signed), nonnegative, lambda y: u, y)  # one branch runs, but under vmap
+    u = jax.lax.cond(jnp.any(signed), nonnegative, lambda y: u, y)  # unbatched, only the branch taken runs
     selected = jnp.where(S, u / r, z)
     before = natural_residual(z, w, ng)
     after = natural_residual(selected, problem.F(selected), ng)
