@@ -209,6 +209,49 @@ def _mujoco_rollout(xml, controls, keyframe=True):
     return np.array(qs), constrained
 
 
+@st.composite
+def _index_sets(draw):
+    """A row count and a static index: a run, an evenly spaced run or a random choice of rows, in any shape."""
+    n = draw(st.integers(1, 12))
+    kind = draw(st.sampled_from(["run", "strided", "random"]))
+    if kind == "random":
+        idx = np.array(draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=2 * n)), int)
+    else:
+        step = 1 if kind == "run" else draw(st.integers(1, 4))
+        start = draw(st.integers(0, n - 1))
+        idx = np.arange(start, n, step)[: draw(st.integers(1, n))]
+    if idx.size % 2 == 0 and draw(st.booleans()):
+        idx = idx.reshape(-1, 2)
+    return n, idx
+
+
+@settings(max_examples=60, deadline=None)
+@given(case=_index_sets(), add=st.booleans(), seed=st.integers(0, 2**31 - 1))
+def test_the_trees_static_indexing_reads_writes_and_transposes_as_numpy_does(case, add, seed):
+    """`_take`, `_put` and `_assemble` (slices where the index is a run) against numpy's indexing, values and
+    reverse-mode gradients."""
+    n, idx = case
+    rng = np.random.default_rng(seed)
+    x, value = rng.normal(size=(n, 3)), rng.normal(size=idx.shape + (3,))
+    np.testing.assert_array_equal(tree_fns._take(jnp.asarray(x), idx), x[idx])
+    # the gradient of sum(w * x[idx]) is the weights summed into the rows they read
+    w = rng.normal(size=idx.shape + (3,))
+    expected = np.zeros_like(x)
+    np.add.at(expected, idx.reshape(-1), w.reshape(-1, 3))
+    grad = jax.grad(lambda x: jnp.sum(w * tree_fns._take(x, idx)))(jnp.asarray(x))
+    np.testing.assert_allclose(grad, expected, rtol=0, atol=1e-14)
+    flat = idx.reshape(-1)
+    if np.unique(flat).size == flat.size:  # a write names each row once
+        put = x.copy()
+        put[flat] = put[flat] + value.reshape(-1, 3) if add else value.reshape(-1, 3)
+        np.testing.assert_allclose(tree_fns._put(jnp.asarray(x), idx, jnp.asarray(value), add=add), put, atol=1e-15)
+        rest = np.setdiff1d(np.arange(n), flat)
+        whole = tree_fns._assemble([(rest, jnp.asarray(x[rest])), (idx, jnp.asarray(value))])
+        expected = x.copy()
+        expected[flat] = value.reshape(-1, 3)
+        np.testing.assert_array_equal(whole, expected)
+
+
 @pytest.fixture(scope="module")
 def pendulum():
     """Gymnasium's cart with a double pendulum, released off upright, and its jitted rollout of the controls."""

@@ -25,7 +25,12 @@ How it is computed, as free functions of (tree, q, params):
   velocities, composite inertias (the composite-rigid-body mass matrix) and the
   two sweeps of recursive Newton-Euler (accelerations down, forces up) are then
   products with static ancestor masks. For a robot's tens of bodies one small
-  dense mask product replaces a scatter per level, in both directions.
+  dense mask product replaces a scatter per level, in both directions;
+- the index sets (levels, joint types, a body's joints) are static: read as
+  slices and written as updates of slices wherever they are runs of rows, and the
+  3 x 3 and 6 x 6 stacks multiplied elementwise (`jaxrbd._small`), so that a step
+  and its reverse pass are a few fused loops rather than a gather or scatter per
+  index set.
 """
 
 import dataclasses
@@ -38,6 +43,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _rotation as rot
+from .. import _small as small
 from .._contacts import Contacts
 from .._validate import check_value, is_traced
 from ..model import System
@@ -364,16 +370,75 @@ class Tree:
 # --- Kinematics -------------------------------------------------------------------------------
 
 
+# --- Static indexing --------------------------------------------------------------------------
+# The tree's index sets are numpy arrays known at trace time. Where one is a run of
+# consecutive or evenly spaced rows (a chain's levels, a robot's hinges, the ant's
+# legs), reading it is a slice and writing it an update of a slice: XLA fuses both
+# with their neighbours, and their transposes are pads and slices. A gather is a
+# thunk of its own on the CPU, and its transpose a scatter-add, a thunk of its own in
+# every step of a reverse pass.
+
+
+def _progression(idx):
+    """(start, stop, step) of a static 1-D index that is an increasing arithmetic progression, else None."""
+    idx = np.asarray(idx)
+    if idx.ndim != 1 or idx.size == 0:
+        return None
+    step = int(idx[1] - idx[0]) if idx.size > 1 else 1
+    if step < 1 or not np.array_equal(idx, idx[0] + step * np.arange(idx.size)):
+        return None
+    return int(idx[0]), int(idx[-1]) + 1, step
+
+
+def _take(x, idx):
+    """x[idx] along the first axis for a static integer index of any shape: a slice where the flattened index is
+    an arithmetic progression, else one gather."""
+    idx = np.asarray(idx, int)
+    flat = idx.reshape(-1)
+    run = _progression(flat)
+    if run is None:
+        out = x[flat]
+    elif run == (0, x.shape[0], 1):
+        out = x
+    else:
+        out = jax.lax.slice_in_dim(x, *run)
+    return out.reshape(idx.shape + x.shape[1:])
+
+
+def _put(x, idx, value, add=False):
+    """x with the rows idx (static, any shape) set to (or, with add, increased by) value: an update of a slice
+    where the flattened index is a run of consecutive rows, else one scatter."""
+    idx = np.asarray(idx, int)
+    flat = idx.reshape(-1)
+    value = jnp.broadcast_to(value, idx.shape + x.shape[1:]).reshape(flat.shape + x.shape[1:])
+    run = _progression(flat)
+    if run is None or run[2] != 1:
+        return x.at[flat].add(value) if add else x.at[flat].set(value)
+    if add:
+        value = jax.lax.slice_in_dim(x, run[0], run[1]) + value
+    if run[:2] == (0, x.shape[0]):
+        return value.astype(x.dtype)
+    return jax.lax.dynamic_update_slice_in_dim(x, value.astype(x.dtype), run[0], 0)
+
+
+def _assemble(pieces):
+    """The array whose rows idx are value, for pieces [(idx, value), ...] whose indices (static, any shape)
+    together cover 0..n-1 once: the values concatenated in order, then one gather unless already in place."""
+    flat = np.concatenate([np.asarray(idx, int).reshape(-1) for idx, _ in pieces])
+    values = [jnp.reshape(v, (-1,) + v.shape[np.asarray(idx).ndim :]) for idx, v in pieces]
+    return _take(jnp.concatenate(values), np.argsort(flat, kind="stable"))
+
+
 def _axis_angle(axis, angle):
     """(..., 3, 3) the rotation by `angle` about the unit `axis` (Rodrigues)."""
     K = rot.skew(axis)
     s, c = jnp.sin(angle)[..., None, None], jnp.cos(angle)[..., None, None]
-    return jnp.eye(3, dtype=axis.dtype) + s * K + (1.0 - c) * (K @ K)
+    return jnp.eye(3, dtype=axis.dtype) + s * K + (1.0 - c) * small.matmul(K, K)
 
 
 def _quaternions(q, start):
     """(n, 4) the quaternions q[start + (0..3)], normalized."""
-    return rot.normalize(q[start[:, None] + np.arange(4)])
+    return rot.normalize(_take(q, start[:, None] + np.arange(4)))
 
 
 def joint_transforms(tree, q, params):
@@ -384,24 +449,27 @@ def joint_transforms(tree, q, params):
     q - qpos0, a free joint places the frame at (position, quaternion).
     """
     nj, dtype = len(tree.joints), q.dtype
-    p = jnp.zeros((nj + 1, 3), dtype)
-    R = jnp.broadcast_to(jnp.eye(3, dtype=dtype), (nj + 1, 3, 3))
+    eye = jnp.eye(3, dtype=dtype)
+    p, R = [], []
     for jtype, (ids, a, _) in tree.by_type.items():
-        c, axis = params.joint_pos[ids], params.joint_axis[ids]
+        c, axis = _take(params.joint_pos, ids), _take(params.joint_axis, ids)
         if jtype == HINGE:
-            Rj = _axis_angle(axis, q[a] - params.qpos0[a])
-            pj = c - jnp.einsum("nij,nj->ni", Rj, c)
+            Rj = _axis_angle(axis, _take(q, a) - _take(params.qpos0, a))
+            pj = c - small.matvec(Rj, c)
         elif jtype == SLIDE:
-            Rj = jnp.broadcast_to(jnp.eye(3, dtype=dtype), (len(ids), 3, 3))
-            pj = axis * (q[a] - params.qpos0[a])[:, None]
+            Rj = jnp.broadcast_to(eye, (len(ids), 3, 3))
+            pj = axis * (_take(q, a) - _take(params.qpos0, a))[:, None]
         elif jtype == BALL:
             Rj = rot.to_matrix(_quaternions(q, a))
-            pj = c - jnp.einsum("nij,nj->ni", Rj, c)
+            pj = c - small.matvec(Rj, c)
         else:
             Rj = rot.to_matrix(_quaternions(q, a + 3))
-            pj = q[a[:, None] + np.arange(3)]
-        p, R = p.at[ids].set(pj), R.at[ids].set(Rj)
-    return p, R
+            pj = _take(q, a[:, None] + np.arange(3))
+        p.append((ids, pj))
+        R.append((ids, Rj))
+    p.append((np.array([nj]), jnp.zeros((1, 3), dtype)))
+    R.append((np.array([nj]), eye[None]))
+    return _assemble(p), _assemble(R)
 
 
 class Frames(eqx.Module):
@@ -437,50 +505,62 @@ def frames(tree, q, params):
     for k in range(tree.slots.shape[1]):
         pre_p.append(lp)
         pre_R.append(lR)
-        j = tree.slots[:, k]
-        lp, lR = lp + jnp.einsum("bij,bj->bi", lR, pj[j]), lR @ Rj[j]
-    x = jnp.zeros((nb + 1, 3), dtype)
-    R = jnp.broadcast_to(eye, (nb + 1, 3, 3))
+        moved = np.flatnonzero(tree.slots[:, k] < len(tree.joints))  # the bodies with a k-th joint
+        j = tree.slots[moved, k]
+        lRk = _take(lR, moved)
+        lp = _put(lp, moved, _take(lp, moved) + small.matvec(lRk, _take(pj, j)))
+        lR = _put(lR, moved, small.matmul(lRk, _take(Rj, j)))
+    # Down the tree a level at a time; every parent of a level is in the level above.
     parent = tree._parent
-    for level in tree.levels:
-        par = parent[level]
-        x = x.at[level].set(x[par] + jnp.einsum("bij,bj->bi", R[par], lp[level]))
-        R = R.at[level].set(R[par] @ lR[level])
+    xs, Rs = [], []
+    for k, level in enumerate(tree.levels):
+        if k == 0:
+            xp, Rp = jnp.zeros((len(level), 3), dtype), jnp.broadcast_to(eye, (len(level), 3, 3))
+        else:
+            above = np.searchsorted(tree.levels[k - 1], parent[level])
+            xp, Rp = _take(xs[-1], above), _take(Rs[-1], above)
+        xs.append(xp + small.matvec(Rp, _take(lp, level)))
+        Rs.append(small.matmul(Rp, _take(lR, level)))
+    rows = np.append(np.argsort(np.concatenate(tree.levels + (np.zeros(0, int),))), nb)  # body order, the world last
+    x = _take(jnp.concatenate(xs + [jnp.zeros((1, 3), dtype)]), rows)
+    R = _take(jnp.concatenate(Rs + [eye[None]]), rows)
     nj = len(tree.joints)
     if nj == 0:
         return Frames(x, R, jnp.zeros((0, 3), dtype), jnp.zeros((0, 3, 3), dtype), Rj, jnp.zeros((0, 6), dtype))
     body = np.array([joint[2] for joint in tree.joints], int)
     slot = tree.joint_slot
     par = parent[body]
-    pre_p, pre_R = jnp.stack(pre_p, 1)[body, slot], jnp.stack(pre_R, 1)[body, slot]
-    before = R[par] @ pre_R
-    origin = x[par] + jnp.einsum("nij,nj->ni", R[par], pre_p)
-    anchor = origin + jnp.einsum("nij,nj->ni", before, params.joint_pos)
+    pre_p = _assemble([(np.flatnonzero(slot == k), _take(pre_p[k], body[slot == k])) for k in range(len(pre_p))])
+    pre_R = _assemble([(np.flatnonzero(slot == k), _take(pre_R[k], body[slot == k])) for k in range(len(pre_R))])
+    Rpar = _take(R, par)
+    before = small.matmul(Rpar, pre_R)
+    origin = _take(x, par) + small.matvec(Rpar, pre_p)
+    anchor = origin + small.matvec(before, params.joint_pos)
     return Frames(x, R, anchor, before, Rj, _motion_axes(tree, params, x, anchor, before, Rj))
 
 
 def _motion_axes(tree, params, x, anchor, before, Rj):
     """(nv, 6) the motion axes (w, u) of every degree of freedom (see `Frames.S`)."""
-    S = jnp.zeros((tree.nv, 6), x.dtype)
+    pieces = []
     for jtype, (ids, _, d) in tree.by_type.items():
         if jtype in (HINGE, SLIDE):
-            axis = jnp.einsum("nij,nj->ni", before[ids], params.joint_axis[ids])
+            axis = small.matvec(_take(before, ids), _take(params.joint_axis, ids))
             if jtype == HINGE:
-                S = S.at[d].set(jnp.concatenate([axis, jnp.cross(anchor[ids], axis)], -1))
+                pieces.append((d, jnp.concatenate([axis, jnp.cross(_take(anchor, ids), axis)], -1)))
             else:
-                S = S.at[d].set(jnp.concatenate([jnp.zeros_like(axis), axis], -1))
+                pieces.append((d, jnp.concatenate([jnp.zeros_like(axis), axis], -1)))
             continue
         # Ball and free rotations: the axes of the frame after the joint (MuJoCo's qvel is the local spin).
-        after = before[ids] @ Rj[ids]  # (n, 3, 3); its columns are the axes
+        after = small.matmul(_take(before, ids), _take(Rj, ids))  # (n, 3, 3); its columns are the axes
         w = jnp.swapaxes(after, -1, -2)  # (n, 3 axes, 3)
-        centre = anchor[ids] if jtype == BALL else x[np.array([tree.joints[j][2] for j in ids], int)]
+        centre = _take(anchor, ids) if jtype == BALL else _take(x, np.array([tree.joints[j][2] for j in ids], int))
         spin = jnp.concatenate([w, jnp.cross(centre[:, None, :], w)], -1)  # (n, 3, 6)
         if jtype == BALL:
-            S = S.at[d[:, None] + np.arange(3)].set(spin)
+            pieces.append((d[:, None] + np.arange(3), spin))
         else:
             shift = jnp.broadcast_to(jnp.concatenate([jnp.zeros((3, 3)), jnp.eye(3)], -1).astype(x.dtype), spin.shape)
-            S = S.at[d[:, None] + np.arange(3)].set(shift).at[d[:, None] + 3 + np.arange(3)].set(spin)
-    return S
+            pieces.append((d[:, None] + np.arange(6), jnp.concatenate([shift, spin], 1)))
+    return _assemble(pieces)
 
 
 def velocity_map(tree, q, v, params):
@@ -488,17 +568,17 @@ def velocity_map(tree, q, v, params):
     del params
     qdot = jnp.zeros(tree.nq, v.dtype)
     a, d, _ = tree.scalar_joints
-    qdot = qdot.at[a].set(v[d])
+    qdot = _put(qdot, a, _take(v, d))
     for jtype in (BALL, FREE):
         if jtype not in tree.by_type:
             continue
         _, a, d = tree.by_type[jtype]
         s, w = (a, d) if jtype == BALL else (a + 3, d + 3)
         if jtype == FREE:
-            qdot = qdot.at[a[:, None] + np.arange(3)].set(v[d[:, None] + np.arange(3)])
-        quat, spin = q[s[:, None] + np.arange(4)], v[w[:, None] + np.arange(3)]
+            qdot = _put(qdot, a[:, None] + np.arange(3), _take(v, d[:, None] + np.arange(3)))
+        quat, spin = _take(q, s[:, None] + np.arange(4)), _take(v, w[:, None] + np.arange(3))
         rate = 0.5 * rot.multiply(quat, jnp.concatenate([jnp.zeros_like(spin[:, :1]), spin], -1))
-        qdot = qdot.at[s[:, None] + np.arange(4)].set(rate)
+        qdot = _put(qdot, s[:, None] + np.arange(4), rate)
     return qdot
 
 
@@ -529,17 +609,17 @@ def advance(tree, q, v, h, params):
     del params
     q_next = q
     a, d, _ = tree.scalar_joints
-    q_next = q_next.at[a].add(h * v[d])
+    q_next = _put(q_next, a, h * _take(v, d), add=True)
     for jtype in (BALL, FREE):
         if jtype not in tree.by_type:
             continue
         _, a, d = tree.by_type[jtype]
         s, w = (a, d) if jtype == BALL else (a + 3, d + 3)
         if jtype == FREE:
-            q_next = q_next.at[a[:, None] + np.arange(3)].add(h * v[d[:, None] + np.arange(3)])
+            q_next = _put(q_next, a[:, None] + np.arange(3), h * _take(v, d[:, None] + np.arange(3)), add=True)
         idx = s[:, None] + np.arange(4)
-        turn = _rotation_quaternion(h * v[w[:, None] + np.arange(3)])
-        q_next = q_next.at[idx].set(rot.normalize(rot.multiply(q[idx], turn)))
+        turn = _rotation_quaternion(h * _take(v, w[:, None] + np.arange(3)))
+        q_next = _put(q_next, idx, rot.normalize(rot.multiply(_take(q, idx), turn)))
     return q_next
 
 
@@ -554,7 +634,7 @@ def normalize(tree, q):
         if jtype in tree.by_type:
             a = tree.by_type[jtype][1] + (3 if jtype == FREE else 0)
             idx = a[:, None] + np.arange(4)
-            q = q.at[idx].set(rot.normalize(q[idx]))
+            q = _put(q, idx, rot.normalize(_take(q, idx)))
     return q
 
 
@@ -573,11 +653,11 @@ def body_jacobians(tree, f, bodies, x):
 def _spatial_inertia(tree, f, params):
     """(nb, 6, 6) each body's spatial inertia referred to the world origin, on (w, u), and its centre of mass."""
     R = f.R[:-1]
-    c = f.x[:-1] + jnp.einsum("bij,bj->bi", R, params.com)
-    Ic = R @ params.inertia @ jnp.swapaxes(R, -1, -2)
+    c = f.x[:-1] + small.matvec(R, params.com)
+    Ic = small.matmul(small.matmul(R, params.inertia), jnp.swapaxes(R, -1, -2))
     C = rot.skew(c)
     m = params.mass[:, None, None]
-    top = jnp.concatenate([Ic + m * (C @ jnp.swapaxes(C, -1, -2)), m * C], -1)
+    top = jnp.concatenate([Ic + m * small.matmul(C, jnp.swapaxes(C, -1, -2)), m * C], -1)
     bottom = jnp.concatenate([m * jnp.swapaxes(C, -1, -2), m * jnp.eye(3, dtype=c.dtype)], -1)
     return jnp.concatenate([top, bottom], -2)
 
@@ -589,7 +669,7 @@ def mass_matrix(tree, q, params, f=None):
     C = tree.dof_masks[2]
     I = _spatial_inertia(tree, f, params)
     Ic = jnp.einsum("ab,bij->aij", jnp.asarray(tree.ancestors, I.dtype), I)  # subtree sums, one product
-    F = jnp.einsum("nij,nj->ni", Ic[tree.dof_body], f.S)  # (nv, 6)
+    F = small.matvec(_take(Ic, tree.dof_body), f.S)  # (nv, 6)
     M1 = f.S @ F.T  # M1[i, j] = S_i . I_c[body j] S_j
     M = jnp.where(C, M1, 0.0)
     M = jnp.where(C.T & ~C, M1.T, M)
@@ -625,15 +705,15 @@ def bias_force(tree, q, v, params, f=None):
     Sdot = _cross_motion(jnp.asarray(P, dtype) @ Sv, f.S)
     a = jnp.asarray(D, dtype) @ (Sdot * v[:, None]) + jnp.concatenate([jnp.zeros(3, dtype), -params.gravity])
     I = _spatial_inertia(tree, f, params)
-    body = jnp.einsum("bij,bj->bi", I, a) + _cross_force(V, jnp.einsum("bij,bj->bi", I, V))
+    body = small.matvec(I, a) + _cross_force(V, small.matvec(I, V))
     F = jnp.asarray(tree.ancestors, dtype) @ body  # subtree sums
-    return -jnp.sum(f.S * F[tree.dof_body], -1)
+    return -jnp.sum(f.S * _take(F, tree.dof_body), -1)
 
 
 def potential(tree, q, params):
     """Gravity's potential energy -sum_b m_b g . c_b."""
     f = frames(tree, q, params)
-    c = f.x[:-1] + jnp.einsum("bij,bj->bi", f.R[:-1], params.com)
+    c = f.x[:-1] + small.matvec(f.R[:-1], params.com)
     return -jnp.sum(params.mass * (c @ params.gravity))
 
 
@@ -646,7 +726,7 @@ def actuator_force(tree, q, v, params, u):
     d = np.array([tree.joints[j][4] for j in joints], int)
     balls = np.flatnonzero([tree.joints[j][1] == BALL for j in joints])
     scalars = np.setdiff1d(np.arange(len(joints)), balls)
-    coordinate, rate = q[a], v[d]  # a hinge's or slide's own coordinate and rate
+    coordinate, rate = _take(q, a), _take(v, d)  # a hinge's or slide's own coordinate and rate
     if balls.size:  # a ball joint's rotation vector and angular velocity along the actuator's axis
         axis = ap.axis[balls]
         coordinate = coordinate.at[balls].set(jnp.sum(axis * _rotation_vector(_quaternions(q, a[balls])), -1))
@@ -659,7 +739,7 @@ def actuator_force(tree, q, v, params, u):
         ctrl = ctrl.at[balls].add(jnp.where(servo, -period * turns, 0.0))
     force = ap.gain * ctrl + ap.bias[:, 0] + ap.gear * (ap.bias[:, 1] * coordinate + ap.bias[:, 2] * rate)
     torque = ap.gear * jnp.clip(force, ap.force_range[:, 0], ap.force_range[:, 1])
-    F = jnp.zeros(tree.nv, v.dtype).at[d[scalars]].add(torque[scalars])
+    F = _put(jnp.zeros(tree.nv, v.dtype), d[scalars], _take(torque, scalars), add=True)
     if balls.size:
         F = F.at[d[balls][:, None] + np.arange(3)].add(torque[balls, None] * axis)
     return F
@@ -670,7 +750,7 @@ def external_force(tree, t, q, v, params):
     `passive`, implicit); they do not depend on the time t."""
     del t
     a, d, j = tree.scalar_joints
-    F = jnp.zeros(tree.nv, v.dtype).at[d].add(-params.stiffness[j] * (q[a] - params.springref[a]))
+    F = _put(jnp.zeros(tree.nv, v.dtype), d, -_take(params.stiffness, j) * (_take(q, a) - _take(params.springref, a)))
     if tree.actuators and params.control is not None:
         F = F + actuator_force(tree, q, v, params, params.control)
     return F
@@ -694,10 +774,10 @@ def contacts(tree, q, params, mu=None, restitution=None):
     if tree.geometry is not None:
         g = tree.geometry
         idx = np.array(tree.geometry_bodies, int)
-        x = jnp.concatenate([f.x[idx], jnp.zeros((1, 3), dtype)])
-        R = jnp.concatenate([f.R[idx], jnp.eye(3, dtype=dtype)[None]])
+        x = jnp.concatenate([_take(f.x, idx), jnp.zeros((1, 3), dtype)])
+        R = jnp.concatenate([_take(f.R, idx), jnp.eye(3, dtype=dtype)[None]])
         geo = contact_arrays(g, x, R, params, mu, restitution)
-        J = body_jacobians(tree, f, idx, f.x[idx])  # (ng, 6, nv) at the bodies' origins
+        J = body_jacobians(tree, f, idx, _take(f.x, idx))  # (ng, 6, nv) at the bodies' origins
         J = jnp.concatenate([J, jnp.zeros((1,) + J.shape[1:], dtype)])
         blocks = geo.pop("blocks")
         geo["rows"] = jnp.einsum("crk,ckv->crv", blocks[:, 0], J[geo["body_a"]]) + jnp.einsum(
@@ -722,7 +802,7 @@ def _append_dry(tree, record, params):
     rows = np.zeros((d.shape[0], 4, tree.nv))
     rows[np.arange(d.shape[0]), 1, d] = 1.0
     gap = jnp.ones(d.shape, record["gap"].dtype)  # unread: the entries have no normal row
-    return _append(tree, record, gap, rows, params.frictionloss[d], frictional=True, dry=True)
+    return _append(tree, record, gap, rows, _take(params.frictionloss, d), frictional=True, dry=True)
 
 
 def _no_contacts(dtype, nv):
@@ -752,7 +832,8 @@ def _append_stops(tree, record, q, params):
     side = np.array([s for _, s in tree.limits], float)
     a = np.array([tree.joints[i][3] for i in j], int)
     d = np.array([tree.joints[i][4] for i in j], int)
-    gap = jnp.where(side > 0, q[a] - params.lower[j], params.upper[j] - q[a])
+    qa = _take(q, a)
+    gap = jnp.where(side > 0, qa - _take(params.lower, j), _take(params.upper, j) - qa)
     rows = np.zeros((j.shape[0], 4, tree.nv))
     rows[np.arange(j.shape[0]), 0, d] = side
     rows = jnp.asarray(rows, q.dtype)
@@ -761,7 +842,7 @@ def _append_stops(tree, record, q, params):
         angle, axis = _cone_stop(q[a[cones][:, None] + np.arange(4)])
         gap = gap.at[cones].set(params.upper[j[cones]] - angle)
         rows = rows.at[cones[:, None], 0, d[cones][:, None] + np.arange(3)].set(-axis)
-    return _append(tree, record, gap, rows, params.stop_restitution[j], frictional=False, dry=False)
+    return _append(tree, record, gap, rows, _take(params.stop_restitution, j), frictional=False, dry=False)
 
 
 def _cone_stop(quat):

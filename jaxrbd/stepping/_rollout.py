@@ -125,15 +125,17 @@ def choose_solver(
     return DenseStep()
 
 
-# What a step keeps for its reverse pass: the results of matrix products and of the
-# linear algebra (one LAPACK call each, or a loop of them), and the complementarity
-# solves' results (`SOLUTION`). Everything else (slices, elementwise arithmetic,
-# the contact geometry) is recomputed there, where XLA fuses it into the transposed
+# What a step keeps for its reverse pass: the results of the linear algebra (one
+# LAPACK call each, or a loop of them) and the complementarity solves' results
+# (`SOLUTION`). Everything else (matrix products, slices, elementwise arithmetic, the
+# contact geometry) is recomputed there, where XLA fuses it into the transposed
 # operations. Stored instead, each value is a buffer of the scan of its own, written
-# by a thunk of its own in every step (about 170 per four-ball step): on small scenes
-# that costs more than the arithmetic it saves.
+# by a thunk of its own in every step; on this CPU such a write costs about three
+# times a small product's recomputation. Keeping the products as well made the
+# gradient of a 1-second rollout cost 4.2x its forward pass on the double pendulum and
+# 2.2x on the hopper, against 2.8x and 2.0x recomputed (`benchmarks/bench_robots.py`).
 _KEPT_PRIMITIVES = frozenset(
-    ("dot_general", "lu", "lu_pivots_to_permutation", "cholesky", "triangular_solve", "qr", "householder_product")
+    ("lu", "lu_pivots_to_permutation", "cholesky", "triangular_solve", "qr", "householder_product")
     + ("geqrf", "geqp3", "ormqr", "eigh", "svd", "tridiagonal_solve")
 )
 
