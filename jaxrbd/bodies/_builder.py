@@ -826,8 +826,9 @@ class SceneBuilder:
         # Pair up shapes, canonical kind order, grouped by kind pair.
         order = geometry.KINDS.index
         groups, contact_info = {}, []
+        leaves = {kind: [s.arrays() for _, s in entries] for kind, entries in stacks.items()}
         # The hull vertices the scene's meshes are padded to: a mesh-mesh pair's capacity depends on it.
-        vertices = max((len(s.arrays()["vertices"]) for _, s in stacks.get("mesh", ())), default=0)
+        vertices = max((len(mesh["vertices"]) for mesh in leaves.get("mesh", ())), default=0)
         for a, b in self._body_pairs():
             for ka, sa in enumerate(owners[a][1]):
                 for kb, sb in enumerate(owners[b][1]):
@@ -881,8 +882,8 @@ class SceneBuilder:
         if model.dynamic and any(c is not None for c in pair_cones):
             raise ValueError("set_pair(cone=...) is not supported with a broad phase (broadphase=)")
         shapes = {
-            kind: jax.tree_util.tree_map(lambda *xs: _stack(xs), *geometry.pad_meshes([s.arrays() for _, s in entries]))
-            for kind, entries in stacks.items()
+            kind: jax.tree_util.tree_map(lambda *xs: _stack(xs), *geometry.pad_meshes(arrays))
+            for kind, arrays in leaves.items()
         }
         params = BodyParams(
             mass=_stack([b.mass for b in self._bodies]),
