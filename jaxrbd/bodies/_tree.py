@@ -530,8 +530,8 @@ def frames(tree, q, params):
     body = np.array([joint[2] for joint in tree.joints], int)
     slot = tree.joint_slot
     par = parent[body]
-    pre_p = _assemble([(np.flatnonzero(slot == k), _take(pre_p[k], body[slot == k])) for k in range(len(pre_p))])
-    pre_R = _assemble([(np.flatnonzero(slot == k), _take(pre_R[k], body[slot == k])) for k in range(len(pre_R))])
+    by_slot = lambda pre: _assemble([(np.flatnonzero(slot == k), _take(p, body[slot == k])) for k, p in enumerate(pre)])
+    pre_p, pre_R = by_slot(pre_p), by_slot(pre_R)  # each joint's frame before it, in its body's parent's frame
     Rpar = _take(R, par)
     before = small.matmul(Rpar, pre_R)
     origin = _take(x, par) + small.matvec(Rpar, pre_p)
