@@ -84,8 +84,8 @@ class Delassus(eqx.Module):
         L_inv: (nv, nv) L^{-1}, with M = L L^T, and
         X: (nv, n) L^{-1} U^T: U M^{-1} U^T = X^T X. Both are caches: `apply` is
             differentiated with respect to U^T and M by its own rule (`matrix` through X).
-        scale: (n,) the solvers' row scaling s_i = 1 / max(W_ii, max_j |C_ij|) (1 for
-            a zero row), W = X^T X: the row scaling of `_newton.row_scale` with W's
+        scale: (n,) the solvers' row scaling s_i = 1 / max(W_ii, max_j |C_ij|)
+            (`inverse_row_sizes`: 1 for a zero row), W = X^T X: the row scaling of `_newton.row_scale` with W's
             diagonal in place of its row maxima, which would take W itself. W is
             positive semidefinite, so |W_ij| <= sqrt(W_ii W_jj), and its entries
             couple only contacts on common bodies: the two agree within the ratio of
@@ -247,6 +247,19 @@ class NCP(eqx.Module):
 
     def jac(self, z):
         return jax.jacfwd(self.fn)(z, self.args)
+
+
+def inverse_row_sizes(m):
+    """The row scaling 1 / m_i of the rows of sizes m >= 0: 1 for a zero row, and no more than 1 / (eps max m).
+
+    A row below the machine epsilon of the largest is round-off (a contact whose
+    Jacobian cancels to a few ulps): scaled by 1 / m_i it would weigh its round-off
+    like a whole row, and s_i w_i would overflow in float32 (a hopper contact row of
+    2e-23 gave s = 5e22, whose square made the Fischer-Burmeister function of a
+    wrong impulse of -5e9 round to 0).
+    """
+    floor = jnp.finfo(m.dtype).eps * jnp.max(m, axis=-1, keepdims=True, initial=0.0)
+    return jnp.where(m > 0, 1.0 / jnp.where(m > 0, jnp.maximum(m, floor), 1.0), 1.0)
 
 
 def natural_residual(z, w, n_free=0):
@@ -421,7 +434,6 @@ def friction_lcp(M, N, D, mu, counts, b, *, bn=None, row_active=None, J=None, bj
             kl * jnp.maximum(mu * kn, kb_any) + 1.0 - kl,
         ]
     )
-    m = jnp.maximum(jnp.sum(X * X, axis=0), c_max)
-    scale = jnp.where(m > 0, 1.0 / jnp.where(m > 0, m, 1.0), 1.0)
+    scale = inverse_row_sizes(jnp.maximum(jnp.sum(X * X, axis=0), c_max))
     lcp = LCP(None, q, ng, counts, Delassus(Ut, M, mu, keep, L_inv, X, scale, ng, counts))
     return FrictionLCP(lcp, M, b, N, D, J, L_inv, counts)

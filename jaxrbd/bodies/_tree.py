@@ -558,7 +558,9 @@ def _motion_axes(tree, params, x, anchor, before, Rj):
         if jtype == BALL:
             pieces.append((d[:, None] + np.arange(3), spin))
         else:
-            shift = jnp.broadcast_to(jnp.concatenate([jnp.zeros((3, 3)), jnp.eye(3)], -1).astype(x.dtype), spin.shape)
+            shift = jnp.broadcast_to(
+                jnp.concatenate([jnp.zeros((3, 3), x.dtype), jnp.eye(3, dtype=x.dtype)], -1), spin.shape
+            )
             pieces.append((d[:, None] + np.arange(6), jnp.concatenate([shift, spin], 1)))
     return _assemble(pieces)
 

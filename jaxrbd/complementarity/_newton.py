@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .._problems import LCP, Delassus, gather_sum, natural_residual, split_rows, spread
+from .._problems import LCP, Delassus, gather_sum, inverse_row_sizes, natural_residual, split_rows, spread
 from ._fb import fischer_burmeister, fischer_burmeister_partials
 
 ARMIJO_SIGMA = 1e-4
@@ -52,14 +52,13 @@ def _reg_floor(dtype):
 
 
 def row_scale(J):
-    """Per-row scaling s_i = 1 / max_j |J_ij| (1 for an all-zero row).
+    """Per-row scaling s_i = 1 / max_j |J_ij| (`inverse_row_sizes`: 1 for an all-zero row, bounded on round-off rows).
 
     phi(z, s w) has the same zeros as phi(z, w); with rows of unit size the
     Fischer-Burmeister function weighs z and w alike, which keeps the Newton
     matrix well scaled when masses or lever arms span decades.
     """
-    m = jnp.max(jnp.abs(J), axis=-1)
-    return jnp.where(m > 0, 1.0 / jnp.where(m > 0, m, 1.0), 1.0)
+    return inverse_row_sizes(jnp.max(jnp.abs(J), axis=-1))
 
 
 def problem_scale(problem, z):

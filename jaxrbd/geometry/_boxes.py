@@ -100,9 +100,9 @@ _TIE = 1e-9  # depths within this times the size are tied in the choice of the f
 _EXACT = 1e-10  # a manifold gap above the exact distance by more than this times the size is replaced
 _NONE = -1e30  # the separation of an axis that does not exist
 
-_SIGNS_3D = np.array([[i, j, k] for i in (-1, 1) for j in (-1, 1) for k in (-1, 1)], float)
-_SIGNS_2D = np.array([[i, j, 0] for i in (-1, 1) for j in (-1, 1)], float)
-_QUAD = np.array([[1.0, 1.0], [-1.0, 1.0], [-1.0, -1.0], [1.0, -1.0]])  # a rectangle's corners in order
+_SIGNS_3D = np.array([[i, j, k] for i in (-1, 1) for j in (-1, 1) for k in (-1, 1)], np.int8)
+_SIGNS_2D = np.array([[i, j, 0] for i in (-1, 1) for j in (-1, 1)], np.int8)
+_QUAD = np.array([[1, 1], [-1, 1], [-1, -1], [1, -1]], np.int8)  # a rectangle's corners in order
 
 
 def _edges():
@@ -115,7 +115,7 @@ def _edges():
                 s[(i + 1) % 3], s[(i + 2) % 3] = s1, s2
                 signs.append(s)
                 dirs.append(np.eye(3)[i])
-    return np.array(signs), np.array(dirs)
+    return np.array(signs, np.int8), np.array(dirs, np.int8)
 
 
 _EDGE_SIGNS, _EDGE_DIRS = _edges()
@@ -558,7 +558,7 @@ def capsule_box(a, b, dim):
     x = jnp.where(on_edge, jnp.concatenate([x_e, x_f]), jnp.concatenate([x_f, x_f]))
     # The segment outside the box: its exact distance.
     outside = jnp.maximum(jnp.max(sep_face), jnp.max(sep_cross)) > 0
-    ends = c + jnp.array([[-1.0], [1.0]]) * hl * u
+    ends = c + jnp.array([[-1], [1]], jnp.int8) * hl * u
     d1, w1 = _point_box(ends, pb, Rb, hb_d)
     ce, ue, le = _box_edges(pb, Rb, hb)
     s_k, t_k = _segment_params(c, u, hl, ce, ue, le)
@@ -578,7 +578,7 @@ def capsule_box(a, b, dim):
     x = x.at[1].set(jnp.where(replaced[0], x1, x[1]))
     # A cross axis with an empty face clip (the segment across a box edge, beside the face): slots 2 and 3 take the
     # segment's points r / 4 on either side of the closest one, with their own distances to the box.
-    s_23 = jnp.clip(s_0 + jnp.array([-0.25, 0.25]) * r, -hl, hl)
+    s_23 = jnp.clip(s_0 + jnp.array([-0.25, 0.25], r.dtype) * r, -hl, hl)
     g23, n23, x23 = jax.vmap(lambda s: capsule_contact(*_signed_point_box(c + s * u, pb, Rb, hb_d), c + s * u))(s_23)
     beside = on_edge & empty
     return (

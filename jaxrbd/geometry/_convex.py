@@ -208,20 +208,21 @@ def _world(m):
     """The mesh in world coordinates: V (v, 3), face normals n (f, 3) and offsets d (f,), polygons P (f, k, 3),
     edges E (e, 2, 3), directions U (u, 3), and the bounding radius."""
     p, R = m["p"], m["R"]
-    n = m["normals"] @ R.T
+    local = lambda key: jnp.asarray(m[key], p.dtype)  # a hull's host tables in the pose's precision
+    n = local("normals") @ R.T
     return {
-        "V": p + m["vertices"] @ R.T,
+        "V": p + local("vertices") @ R.T,
         "n": n,
-        "d": m["offsets"] + n @ p,
-        "P": p + m["faces"] @ R.T,
-        "E": p + m["edges"] @ R.T,
-        "U": m["directions"] @ R.T,
-        "radius": m["radius"],
+        "d": local("offsets") + n @ p,
+        "P": p + local("faces") @ R.T,
+        "E": p + local("edges") @ R.T,
+        "U": local("directions") @ R.T,
+        "radius": local("radius"),
     }
 
 
-_BOX_SIGNS = np.array([[i, j, k] for i in (-1, 1) for j in (-1, 1) for k in (-1, 1)], float)
-_QUAD = np.array([[1.0, 1.0], [-1.0, 1.0], [-1.0, -1.0], [1.0, -1.0]])
+_BOX_SIGNS = np.array([[i, j, k] for i in (-1, 1) for j in (-1, 1) for k in (-1, 1)], np.int8)
+_QUAD = np.array([[1, 1], [-1, 1], [-1, -1], [1, -1]], np.int8)
 
 
 def _box_tables():
@@ -240,7 +241,7 @@ def _box_tables():
                 b = a.copy()
                 a[i], b[i] = -1.0, 1.0
                 edges.append([a, b])
-    return np.array(normals), np.array(faces), np.array(edges)
+    return np.array(normals, np.int8), np.array(faces, np.int8), np.array(edges, np.int8)
 
 
 _BOX_NORMALS, _BOX_FACES, _BOX_EDGES = _box_tables()
@@ -574,7 +575,7 @@ def capsule_mesh(a, b, dim):
     c, u, hl, r = a["p"], a["R"][:, 2], a["half_length"], a["radius"]
     M = _world(b)
     size = jax.lax.stop_gradient(M["radius"] + hl + r)
-    ends = c + jnp.array([[-1.0], [1.0]]) * hl * u
+    ends = c + jnp.array([[-1], [1]], jnp.int8) * hl * u
     sep_f = jnp.min(ends @ M["n"].T - M["d"], 0)  # (f,): the segment's distance to each face plane
     L, ok = _cross_axes(u[None], M["U"])
     pa, pb = ends @ L.T, M["V"] @ L.T

@@ -46,13 +46,13 @@ def plane_sphere(a, b, dim):
 
 
 def plane_capsule(a, b, dim):
-    ends = b["p"] + jnp.array([[1.0], [-1.0]]) * b["half_length"] * b["R"][:, 2]
+    ends = b["p"] + jnp.array([[1], [-1]], jnp.int8) * b["half_length"] * b["R"][:, 2]
     gap, n, x = jax.vmap(lambda c: _plane_ball(a, c, b["radius"]))(ends)
     return gap, n, x
 
 
-_CORNERS_3D = np.array([[i, j, k] for i in (-1, 1) for j in (-1, 1) for k in (-1, 1)], float)
-_CORNERS_2D = np.array([[i, j, 0] for i in (-1, 1) for j in (-1, 1)], float)
+_CORNERS_3D = np.array([[i, j, k] for i in (-1, 1) for j in (-1, 1) for k in (-1, 1)], np.int8)
+_CORNERS_2D = np.array([[i, j, 0] for i in (-1, 1) for j in (-1, 1)], np.int8)
 
 
 def plane_box(a, b, dim):

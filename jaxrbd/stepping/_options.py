@@ -2,6 +2,7 @@
 
 import equinox as eqx
 import jax
+import jax.numpy as jnp
 
 from .._validate import check_value
 from ..cones import Cone
@@ -80,4 +81,7 @@ class StepOptions(eqx.Module):
             cone = default_cone(system, system.contact_shapes(state.q))
         else:
             jax.eval_shape(lambda q: system.contacts(q).friction_rows(cone.dim), state.q)  # a clear error on a mismatch
+        # The cone's coefficients in the state's precision: float64 scales would promote a float32 step.
+        dtype = jnp.result_type(state.q, float)
+        cone = jax.tree_util.tree_map(lambda x: x.astype(dtype) if eqx.is_inexact_array(x) else x, cone)
         return cls(dt, scheme, cone, impact, grad_smoothing, project_joints)
