@@ -7,8 +7,12 @@ import warnings
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import mujoco
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_tree import _load, _trees
 
 import jaxrbd as rbd
 from jaxrbd._problems import inverse_row_sizes
@@ -105,3 +109,26 @@ def test_the_hopper_in_float32_converges_by_newton_and_follows_float64():
     assert bool(jnp.all(single.stats.converged))
     assert not bool(jnp.any(single.stats.fallback))
     np.testing.assert_allclose(single.q, double.q, atol=1e-4)
+
+
+@pytest.mark.slow
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(xml=_trees(driven=True), seed=st.integers(0, 2**31 - 1))
+def test_generated_driven_trees_run_in_float32(xml, seed):
+    """Generated trees (limited, damped, driven joints; `test_tree._trees`) cast to float32, 100 steps of 0.01 s
+    with random controls pushing them onto their stops: no float64 value in the step, every step converged,
+    nothing NaN."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        scene = _load(xml)
+    if scene.state.v.shape[0] == 0:
+        return
+    system, state = _float32((scene.system, scene.state))
+    nu = mujoco.MjModel.from_xml_string(xml).nu
+    u = jnp.asarray(np.random.default_rng(seed).uniform(-3.0, 3.0, (100, nu)), jnp.float32) if nu else None
+    run = lambda u: rbd.simulate(system, state, dt=0.01, steps=100, controls=u)
+    assert _dtypes(jax.make_jaxpr(run)(u).jaxpr) == {np.dtype(np.float32)}
+    traj = jax.jit(run)(u)
+    assert traj.q.dtype == jnp.float32
+    assert bool(traj.stats.converged.all()), np.asarray(traj.stats.residual).max()
+    assert np.all(np.isfinite(np.asarray(traj.q))) and np.all(np.isfinite(np.asarray(traj.v)))
