@@ -85,8 +85,9 @@ class Delassus(eqx.Module):
         X: (nv, n) L^{-1} U^T: U M^{-1} U^T = X^T X. Both are caches: `apply` is
             differentiated with respect to U^T and M by its own rule (`matrix` through X).
         scale: (n,) the solvers' row scaling s_i = 1 / max(W_ii, max_j |C_ij|)
-            (`inverse_row_sizes`: 1 for a zero row), W = X^T X: the row scaling of `_newton.row_scale` with W's
-            diagonal in place of its row maxima, which would take W itself. W is
+            (`inverse_row_sizes`: 1 for a zero row, bounded on round-off rows),
+            W = X^T X: the row scaling of `_newton.row_scale` with W's diagonal
+            in place of its row maxima, which would take W itself. W is
             positive semidefinite, so |W_ij| <= sqrt(W_ii W_jj), and its entries
             couple only contacts on common bodies: the two agree within the ratio of
             the rows' sizes on a shared body.
