@@ -100,9 +100,11 @@ _TIE = 1e-9  # depths within this times the size are tied in the choice of the f
 _EXACT = 1e-10  # a manifold gap above the exact distance by more than this times the size is replaced
 _NONE = -1e30  # the separation of an axis that does not exist
 
+# The signs of a box's corners (3D, and the 4 of a rectangle in the x-y plane) and a rectangle's corners in order,
+# integers so that they take the precision of the half-extents they scale.
 _SIGNS_3D = np.array([[i, j, k] for i in (-1, 1) for j in (-1, 1) for k in (-1, 1)], np.int8)
 _SIGNS_2D = np.array([[i, j, 0] for i in (-1, 1) for j in (-1, 1)], np.int8)
-_QUAD = np.array([[1, 1], [-1, 1], [-1, -1], [1, -1]], np.int8)  # a rectangle's corners in order
+_QUAD = np.array([[1, 1], [-1, 1], [-1, -1], [1, -1]], np.int8)
 
 
 def _edges():

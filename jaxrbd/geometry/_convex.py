@@ -74,7 +74,19 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._validate import host_numpy
-from ._boxes import _NONE, _TINY, _cross_axes, _edge_wins, _norm, _segment_params, _sign, _spread, _with_exact
+from ._boxes import (
+    _NONE,
+    _QUAD,
+    _SIGNS_3D,
+    _TINY,
+    _cross_axes,
+    _edge_wins,
+    _norm,
+    _segment_params,
+    _sign,
+    _spread,
+    _with_exact,
+)
 
 _BIAS = 1e-9  # as in _boxes: the preference of a face of A, then of B, then of an edge, times the size
 _TIE = 1e-9  # depths within this times the size are tied in the choice of the first point
@@ -221,10 +233,6 @@ def _world(m):
     }
 
 
-_BOX_SIGNS = np.array([[i, j, k] for i in (-1, 1) for j in (-1, 1) for k in (-1, 1)], np.int8)
-_QUAD = np.array([[1, 1], [-1, 1], [-1, -1], [1, -1]], np.int8)
-
-
 def _box_tables():
     normals, faces, edges = [], [], []
     for i in range(3):
@@ -251,7 +259,7 @@ def _box_as_mesh(b):
     """A box's world arrays as a mesh's (`_world`)."""
     h = b["half_extents"]
     local = {
-        "vertices": _BOX_SIGNS * h,
+        "vertices": _SIGNS_3D * h,
         "normals": jnp.asarray(_BOX_NORMALS, h.dtype),
         "offsets": jnp.abs(_BOX_NORMALS) @ h,
         "faces": _BOX_FACES * h,

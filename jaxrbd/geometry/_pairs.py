@@ -9,10 +9,9 @@ capsule-capsule) and one entry of `COLLIDERS`.
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from .. import _rotation as rot
-from ._boxes import box_box, capsule_box, capsule_capsule
+from ._boxes import _SIGNS_2D, _SIGNS_3D, box_box, capsule_box, capsule_capsule
 from ._convex import box_mesh, capsule_mesh, mesh_mesh, mesh_mesh_count, plane_mesh, sphere_mesh
 
 _TINY = 1e-30
@@ -51,10 +50,6 @@ def plane_capsule(a, b, dim):
     return gap, n, x
 
 
-_CORNERS_3D = np.array([[i, j, k] for i in (-1, 1) for j in (-1, 1) for k in (-1, 1)], np.int8)
-_CORNERS_2D = np.array([[i, j, 0] for i in (-1, 1) for j in (-1, 1)], np.int8)
-
-
 def plane_box(a, b, dim):
     """The box's lowest corners: 4 of 8 in 3D, 2 of 4 in planar scenes (the others never touch first).
 
@@ -62,7 +57,7 @@ def plane_box(a, b, dim):
     tied to round-off, and ordering them by depth would shuffle the slots from step to step, which spoils
     the next step's warm start (the cube on the incline needed 7-10 Newton iterations at such steps).
     """
-    corners, capacity = (_CORNERS_3D, 4) if dim == 3 else (_CORNERS_2D, 2)
+    corners, capacity = (_SIGNS_3D, 4) if dim == 3 else (_SIGNS_2D, 2)
     w = b["p"] + (corners * b["half_extents"]) @ b["R"].T
     n, d = a["normal"], a["offset"]
     gaps = w @ n - d
