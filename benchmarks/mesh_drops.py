@@ -72,8 +72,8 @@ def stacked(scenes):
     systems = [scene.system for scene in scenes]
     shapes = [dict(system.params.shapes) for system in systems]
     for kind in shapes[0]:
-        if "faces" in shapes[0][kind]:  # every scene holds the same meshes (the rock, the hull): pad each
-            count = np.shape(shapes[0][kind]["faces"])[0]
+        if "face_index" in shapes[0][kind]:  # every scene holds the same meshes (the rock, the hull): pad each
+            count = np.shape(shapes[0][kind]["face_index"])[0]
             padded = [
                 geometry.pad_meshes([{k: np.asarray(v)[i] for k, v in s[kind].items()} for s in shapes])
                 for i in range(count)

@@ -881,10 +881,7 @@ class SceneBuilder:
         pair_cones += [None] * len(limits)  # the stops of the joint ranges follow the contacts
         if model.dynamic and any(c is not None for c in pair_cones):
             raise ValueError("set_pair(cone=...) is not supported with a broad phase (broadphase=)")
-        shapes = {
-            kind: jax.tree_util.tree_map(lambda *xs: _stack(xs), *geometry.pad_meshes(arrays))
-            for kind, arrays in leaves.items()
-        }
+        shapes = {kind: _stack_shapes(geometry.pad_meshes(arrays)) for kind, arrays in leaves.items()}
         params = BodyParams(
             mass=_stack([b.mass for b in self._bodies]),
             inertia=_stack([b.inertia for b in self._bodies]),
@@ -907,6 +904,17 @@ def _stack(xs, empty=None):
     if not xs and empty is not None:
         return np.zeros(empty, jnp.result_type(float))
     return host_numpy(*xs).stack([host_float(x) for x in xs])
+
+
+def _stack_shapes(arrays):
+    """The leaves of several shapes of one kind (`Shape.arrays`), stacked: floats (`_stack`), and a mesh's index
+    tables (the keys `*_index`, host integers) as integers."""
+    return {
+        key: np.stack([np.asarray(a[key], np.int32) for a in arrays])
+        if key.endswith("_index")
+        else _stack([a[key] for a in arrays])
+        for key in arrays[0]
+    }
 
 
 def _concatenate(xs):

@@ -54,7 +54,7 @@ def bounding_radius(kind, arrays):
     if kind == "box":
         return jnp.linalg.norm(arrays["half_extents"], axis=-1)
     if kind == "mesh":
-        return arrays["radius"]  # the farthest vertex from the shape's origin
+        return jnp.sqrt(jnp.max(jnp.sum(arrays["vertices"] ** 2, -1), -1))  # the farthest vertex from its origin
     raise ValueError(f"the broad phase has no bound for a {kind}")
 
 

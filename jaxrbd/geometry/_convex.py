@@ -6,14 +6,18 @@ merged into face planes (coplanar to `_COPLANAR` of the size), each face a
 polygon ordered counter-clockwise about its outward normal, the unique edges and
 edge directions, the bounding radius about the shape's origin, and the volume,
 centroid and inertia of the solid of uniform density (the hull split into
-tetrahedra from an interior point). Meshes of one scene are padded to common
-counts by repeating an entry (a repeated vertex, face, edge or direction changes
-no support, no separation and no clip), so the counts are static.
+tetrahedra from an interior point). A mesh's leaves are its vertices and the
+topology as index tables (face polygons, edges, one edge per distinct
+direction); the step computes the planes, polygons, edges and directions from
+the vertices (`_world`), so they follow a moved vertex and its derivative.
+Meshes of one scene are padded to common counts by repeating an entry (a
+repeated vertex, face, edge or direction changes no support, no separation and
+no clip), so the counts are static.
 
 Narrow phase (each pair function has the signature of `_pairs`):
 - plane-mesh, 8 contacts: the signed distances of the vertices to the plane (exact per vertex): the 4
   lowest (more than 4 tied with the lowest, as on a resting face of more than 4 vertices: the widest 4),
-  then the 4 lowest above those. With 4 a hull rocking on a nearly level face of 5 or more vertices let
+  then the 4 lowest of the others. With 4 a hull rocking on a nearly level face of 5 or more vertices let
   the fifth fall 8 mm through the floor in a step.
 - sphere-mesh: the exact signed distance of the centre to the polytope: inside,
   the largest of the face-plane distances; outside, the nearest of the face
@@ -43,7 +47,8 @@ Narrow phase (each pair function has the signature of `_pairs`):
   lowest (a face resting or nearly), the widest 4 of those (`_boxes._spread`);
   each gap is the height of its point above the reference plane. Box-mesh, and
   mesh-mesh where a mesh has more than 8 vertices (`mesh_mesh_count`; else 4
-  contacts), keep 8: the other 4 are the lowest above that band (a tumbling
+  contacts), keep 8: the other 4 are the lowest of the rest, those within the
+  band first (a tumbling
   hull of 11 vertices had its fifth lowest vertex, 3 cm above a table, inside it
   after one step), among those points and the vertices the clip does not see:
   the `_NEAR` vertices of each polytope nearest the other (of the reference one
@@ -96,7 +101,7 @@ _BAND = 0.05
 _LOWEST = 8  # the lowest vertices of the incident polytope inside the reference prism join a face manifold
 _NEAR = 4  # the vertices of each polytope nearest the other that the clip does not see join an 8-point manifold
 _COPLANAR = 1e-9  # hull triangles whose planes agree to this times the size form one face
-_MESH_KEYS = ("vertices", "normals", "offsets", "faces", "edges", "directions")
+_MESH_KEYS = ("vertices", "face_index", "edge_index", "direction_index")  # a mesh's leaves (`ConvexMesh.arrays`)
 
 
 # ---------------------------------------------------------------------------------------------- host side
@@ -145,14 +150,15 @@ def _hull_cached(data, n):
         offsets.append(np.mean(V[idx] @ nrm))
         polys.append(idx)
     K = max(len(p) for p in polys)
-    faces = np.array([V[p + [p[-1]] * (K - len(p))] for p in polys])
-    edges = sorted({tuple(sorted((p[i], p[(i + 1) % len(p)]))) for p in polys for i in range(len(p))})
-    E = np.array([[V[i], V[j]] for i, j in edges])
-    directions = []
-    for a, b in E:
+    face_index = np.array([p + [p[-1]] * (K - len(p)) for p in polys], np.int32)
+    edge_index = np.array(sorted({tuple(sorted((p[i], p[(i + 1) % len(p)]))) for p in polys for i in range(len(p))}))
+    E = V[edge_index]
+    directions, direction_index = [], []
+    for k, (a, b) in enumerate(E):
         u = (b - a) / np.linalg.norm(b - a)
         if not any(np.sum(np.cross(u, w) ** 2) < 1e-18 for w in directions):
             directions.append(u)
+            direction_index.append(k)
     # Mass properties: tetrahedra from an interior point over the fan of each face.
     ref = V.mean(0)
     volume, first, second = 0.0, np.zeros(3), np.zeros((3, 3))
@@ -171,9 +177,12 @@ def _hull_cached(data, n):
         "vertices": V,
         "normals": np.array(normals),
         "offsets": np.array(offsets),
-        "faces": faces,
+        "faces": V[face_index],
         "edges": E,
         "directions": np.array(directions),
+        "face_index": face_index,
+        "edge_index": edge_index.astype(np.int32),
+        "direction_index": np.array(direction_index, np.int32),
         "radius": np.max(np.linalg.norm(V, axis=1)),
         "volume": volume,
         "centroid": centroid + ref,
@@ -191,24 +200,23 @@ def hull(vertices):
 
 
 def pad_meshes(arrays):
-    """Pad the mesh arrays of several shapes to common counts (repeating an entry) so that they stack."""
-    if not arrays or "faces" not in arrays[0]:
+    """Pad the mesh arrays of several shapes (`ConvexMesh.arrays`) to common counts so that they stack: each
+    table repeats its first entry, and a face's vertex indices its last (the faces and edges index the mesh's
+    own vertices, which only gain copies of the first)."""
+    if not arrays or "face_index" not in arrays[0]:
         return arrays
     xp, out = host_numpy(arrays), []
-    F = max(a["faces"].shape[0] for a in arrays)
-    K = max(a["faces"].shape[1] for a in arrays)
+    K = max(a["face_index"].shape[1] for a in arrays)
     sizes = {key: max(a[key].shape[0] for a in arrays) for key in _MESH_KEYS}
     for a in arrays:
         a = dict(a)
-        faces = a["faces"]
+        faces = a["face_index"]
         if faces.shape[1] < K:
-            last = xp.repeat(faces[:, -1:], K - faces.shape[1], axis=1)
-            a["faces"] = xp.concatenate([faces, last], axis=1)
+            a["face_index"] = xp.concatenate([faces, xp.repeat(faces[:, -1:], K - faces.shape[1], axis=1)], axis=1)
         for key in _MESH_KEYS:
             x = a[key]
-            extra = (F if key in ("normals", "offsets", "faces") else sizes[key]) - x.shape[0]
-            if extra:
-                a[key] = xp.concatenate([x, xp.repeat(x[:1], extra, axis=0)])
+            if sizes[key] > x.shape[0]:
+                a[key] = xp.concatenate([x, xp.repeat(x[:1], sizes[key] - x.shape[0], axis=0)])
         out.append(a)
     return out
 
@@ -217,19 +225,35 @@ def pad_meshes(arrays):
 
 
 def _world(m):
-    """The mesh in world coordinates: V (v, 3), face normals n (f, 3) and offsets d (f,), polygons P (f, k, 3),
-    edges E (e, 2, 3), directions U (u, 3), and the bounding radius."""
-    p, R = m["p"], m["R"]
-    local = lambda key: jnp.asarray(m[key], p.dtype)  # a hull's host tables in the pose's precision
-    n = local("normals") @ R.T
+    """The mesh in world coordinates (`_posed`), its face planes, polygons, edges and edge directions computed
+    from its vertices and the hull's index tables, so that they follow the vertices (a leaf) and their
+    derivatives: a face's normal is the unit Newell normal of its polygon (the area-weighted normal,
+    counter-clockwise about the outward side) and its offset the mean of its vertices' heights along it."""
+    V = jnp.asarray(m["vertices"], m["p"].dtype)  # the pose's precision
+    faces, edges = m["face_index"], m["edge_index"]
+    P = V[faces]  # (f, k, 3); a polygon padded by repeating its last vertex
+    n = jnp.sum(jnp.cross(P, jnp.roll(P, -1, axis=1)), axis=1)
+    n = n / jnp.sqrt(jnp.sum(n * n, -1, keepdims=True))
+    first = jnp.concatenate([jnp.ones_like(faces[:, :1], bool), faces[:, 1:] != faces[:, :-1]], axis=1)
+    d = jnp.sum(jnp.where(first, jnp.sum(P * n[:, None, :], -1), 0.0), -1) / jnp.sum(first, -1)
+    E = V[edges]
+    _, U = _norm(E[m["direction_index"], 1] - E[m["direction_index"], 0])
+    radius = jnp.sqrt(jnp.max(jnp.sum(V * V, -1)))
+    return _posed(m["p"], m["R"], V, n, d, P, E, U, radius)
+
+
+def _posed(p, R, V, n, d, P, E, U, radius):
+    """A polytope given in its own frame posed at (p, R): vertices V (v, 3), face normals n (f, 3) and offsets
+    d (f,), polygons P (f, k, 3), edges E (e, 2, 3), edge directions U (u, 3), and the bounding radius."""
+    n = n @ R.T
     return {
-        "V": p + local("vertices") @ R.T,
+        "V": p + V @ R.T,
         "n": n,
-        "d": local("offsets") + n @ p,
-        "P": p + local("faces") @ R.T,
-        "E": p + local("edges") @ R.T,
-        "U": local("directions") @ R.T,
-        "radius": local("radius"),
+        "d": d + n @ p,
+        "P": p + P @ R.T,
+        "E": p + E @ R.T,
+        "U": U @ R.T,
+        "radius": radius,
     }
 
 
@@ -258,18 +282,18 @@ _BOX_NORMALS, _BOX_FACES, _BOX_EDGES = _box_tables()
 def _box_as_mesh(b):
     """A box's world arrays as a mesh's (`_world`)."""
     h = b["half_extents"]
-    local = {
-        "vertices": _SIGNS_3D * h,
-        "normals": jnp.asarray(_BOX_NORMALS, h.dtype),
-        "offsets": jnp.abs(_BOX_NORMALS) @ h,
-        "faces": _BOX_FACES * h,
-        "edges": _BOX_EDGES * h,
-        "directions": jnp.eye(3, dtype=h.dtype),
-        "radius": jnp.sqrt(jnp.sum(h * h)),
-        "p": b["p"],
-        "R": b["R"],
-    }
-    return _world(local)
+    n = jnp.asarray(_BOX_NORMALS, h.dtype)
+    return _posed(
+        b["p"],
+        b["R"],
+        _SIGNS_3D * h,
+        n,
+        jnp.abs(n) @ h,
+        _BOX_FACES * h,
+        _BOX_EDGES * h,
+        jnp.eye(3, dtype=h.dtype),
+        jnp.sqrt(jnp.sum(h * h)),
+    )
 
 
 def _in_polygon(x, poly, n, tol):
@@ -356,7 +380,9 @@ def _lowest(xy, z, valid, tie, band, count=8, first4=None):
     """Indices of `count` (4 or 8) of the valid points: in slots 0-3 the 4 lowest (lowest first), or, where more
     than 4 lie within `band` of the lowest (a face resting flat, or nearly), the widest 4 of those
     (`_boxes._spread`, the lowest first), among `first4` (all by default); in slots 4-7 the 4 lowest of the
-    points above that band. Slots left without a point repeat the lowest (`_spare`)."""
+    points not yet taken, those of the band that the spread left out first (a hull tumbling onto a table with
+    two vertices 0.6 mm above it and four more within the band kept one of the two, and the other went 2.1 mm
+    into the table in the next step). Slots left without a point repeat the lowest (`_spare`)."""
 
     def lowest(mask, count):
         low, idx = jax.lax.top_k(-jnp.where(mask, z, jnp.inf), min(count, z.shape[0]))
@@ -371,7 +397,7 @@ def _lowest(xy, z, valid, tie, band, count=8, first4=None):
     if count == 4:
         return base
     taken = jnp.zeros(z.shape, bool).at[base].set(True)
-    return jnp.concatenate([base, lowest(valid & ~near & ~taken, count - 4)[0]])
+    return jnp.concatenate([base, lowest(valid & ~taken, count - 4)[0]])
 
 
 def _spare(gap, x, tol, size):

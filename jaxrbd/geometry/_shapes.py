@@ -164,11 +164,16 @@ def _points(value):
 class ConvexMesh(Shape):
     """The convex hull of the given (n, 3) points in the shape frame (n >= 4, spanning a solid).
 
-    Points inside the hull are ignored. The hull's faces (coplanar triangles
-    merged), edges, bounding radius and mass properties are computed on the host
-    (`_convex.hull`); the vertices are fixed data, not a leaf to fit. `inertia`
-    is about the centroid, which need not be the shape's origin (`centroid()`;
-    the builder adds the offset). 3D scenes only.
+    Points inside the hull are ignored. The hull's topology (its faces, coplanar
+    triangles merged, as polygons of vertex indices, its edges and distinct edge
+    directions) and its mass properties are computed on the host
+    (`_convex.hull`). The hull's vertices are a leaf of the scene's parameters
+    (`system.params.shapes["mesh"]["vertices"]`): the contacts compute the face
+    planes, polygons and edges from them in the step, so gradients with respect
+    to the vertices are exact while the topology holds (moved vertices keep
+    their faces; the mass and inertia are leaves of their own). `inertia` is
+    about the centroid, which need not be the shape's origin (`centroid()`; the
+    builder adds the offset). 3D scenes only.
     """
 
     vertices: np.ndarray = eqx.field(converter=_points)
@@ -204,8 +209,8 @@ class ConvexMesh(Shape):
 
     def arrays(self):
         h = self._hull
-        out = {key: jnp.asarray(h[key]) for key in ("vertices", "normals", "offsets", "faces", "edges", "directions")}
-        out.update(radius=jnp.asarray(h["radius"]), position=self.position, orientation=self.orientation)
+        out = {key: jnp.asarray(h[key]) for key in ("vertices", "face_index", "edge_index", "direction_index")}
+        out.update(position=self.position, orientation=self.orientation)
         return out
 
     def inertia(self, mass):
