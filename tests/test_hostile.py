@@ -1,6 +1,6 @@
 """Property-based hostile scenes (hypothesis).
 
-Random scenes of 1 to 8 bodies (spheres, capsules, boxes) on the ground plane z = 0:
+Random scenes of 1 to 8 bodies (spheres, capsules, boxes, convex meshes) on the ground plane z = 0:
 masses log-uniform in [1e-3, 1e3], mu in [0, 2] per body pair, one restitution e in
 [0, 1] per scene, random sizes, orientations (random, or aligned with the axes so
 that a box rests on a face), bodies placed exactly touching (gap 0) or above their
@@ -36,7 +36,7 @@ values. Four profiles:
 - slow set (`pytest -m slow`, in CI): MIXED_EXAMPLES scenes per scheme of
   MIXED_STRUCTURES (4 bodies of every kind, two of them stacked), with gradients for
   MIXED_GRADIENTS (a gradient program compiles in twice the time of a rollout): about
-  four minutes of one core;
+  four minutes of one core; and as many of MESH_STRUCTURES (a hull on a box);
 - `pytest -m long` (out of CI for its time): SLOW_EXAMPLES scenes per scheme of
   SLOW_SCHEMES from every structure, with gradients: about 16 minutes of one core per
   scheme (972 s for Anitescu-Potra);
@@ -45,7 +45,9 @@ values. Four profiles:
   `benchmarks/hostile_findings.py` (its options choose the schemes and the count).
 
 Every pair of bodies collides (box-box and capsule-box included); `box_stack`
-stacks a capsule on a box on a box.
+stacks a capsule on a box on a box. A mesh is the hull of a fixed centrally symmetric template of 14 points
+stretched along its axes by the drawn half extents: a linear map keeps the hull's faces, so its vertices are
+leaves of the one compiled run (`mesh_on_box` drops one on a box, beside a capsule).
 """
 
 import dataclasses
@@ -84,6 +86,7 @@ SPHERE_RADIUS = (0.05, 0.2)
 CAPSULE_RADIUS = (0.05, 0.1)
 CAPSULE_HALF_LENGTH = (0.05, 0.2)
 BOX_HALF_EXTENT = (0.05, 0.2)
+MESH_HALF_EXTENT = (0.05, 0.2)  # the template's stretch along each axis (its vertices have norm 1)
 MAX_DROP = 0.3  # metres above the support
 MAX_SPEED = 2.0  # per component (m/s)
 MAX_SPIN = 5.0  # per component (rad/s)
@@ -106,6 +109,7 @@ STRUCTURES = {
     "mixed4": Structure(("box", "sphere", "capsule", "sphere"), (None, 0, None, 2)),
     "box_stack": Structure(("box", "box", "capsule", "sphere"), (None, 0, 1, None)),
     "mixed6": Structure(("capsule", "capsule", "box", "sphere", "sphere", "box"), (None, 0, None, 2, None, None)),
+    "mesh_on_box": Structure(("box", "mesh", "capsule"), (None, 0, None)),
     "mixed8": Structure(
         ("box", "sphere", "sphere", "capsule", "sphere", "box", "capsule", "sphere"),
         (None, 0, 1, None, 3, None, None, 6),
@@ -117,6 +121,7 @@ STRUCTURES = {
 # of pair meets.
 FAST_STRUCTURES = {"anitescu_potra": "box", "stewart_trinkle": "capsule_on_sphere"}
 MIXED_STRUCTURES = ("mixed4",)
+MESH_STRUCTURES = ("mesh_on_box",)  # the slow set's mesh profile: MIXED_EXAMPLES scenes per scheme
 # These run on `ContactSweeps` wherever it supports the scheme (not Poisson's impact law), so that the suite
 # attacks the sparse solver too; `simulate` alone runs them on the dense step (their contacts share bodies,
 # and they have fewer than AUTO_SIZE_COUPLED rows).
@@ -135,11 +140,34 @@ DISSIPATIVE = ("anitescu_potra", "poisson")
 SLOW_SCHEMES = ("anitescu_potra", "poisson", "stewart_trinkle")
 
 
+def _template_mesh():
+    """(14, 3) points +-x_i of 7 random unit vectors: a centrally symmetric hull about its centroid, the origin."""
+    x = np.random.default_rng(7).normal(size=(7, 3))
+    x = x / np.linalg.norm(x, axis=1, keepdims=True)
+    x = np.concatenate([x, -x])
+    assert np.array_equal(rbd.geometry.hull(x)["vertices"], x)  # every point a vertex, in order: the leaf's rows
+    return x
+
+
+MESH = _template_mesh()
+# The template's second moments per unit mass about its centroid: the stretched hull's are S C S.
+_MESH_INERTIA = rbd.ConvexMesh(MESH).inertia(1.0)
+_MESH_MOMENTS = 0.5 * np.trace(_MESH_INERTIA) * np.eye(3) - _MESH_INERTIA
+
+
+def _mesh_inertia(size, mass):
+    """The inertia of the template stretched by size (traceable): mass (tr(C) I - C) with C = S C_T S."""
+    C = jnp.asarray(size)[:, None] * _MESH_MOMENTS * jnp.asarray(size)[None, :]
+    return mass * (jnp.trace(C) * jnp.eye(3) - C)
+
+
 def _shape(kind, size):
     if kind == "sphere":
         return rbd.Sphere(size[0])
     if kind == "capsule":
         return rbd.Capsule(size[0], size[1])
+    if kind == "mesh":
+        return rbd.ConvexMesh(MESH * np.asarray(size))
     return rbd.Box(jnp.asarray(size))
 
 
@@ -158,7 +186,7 @@ def template(name):
     builder = rbd.SceneBuilder(dim=3)
     builder.add_static("ground", rbd.Plane())
     for k, (kind, column) in enumerate(zip(structure.kinds, _columns(structure))):
-        size = {"sphere": (0.1,), "capsule": (0.05, 0.1), "box": (0.1, 0.1, 0.1)}[kind]
+        size = {"sphere": (0.1,), "capsule": (0.05, 0.1), "box": (0.1, 0.1, 0.1), "mesh": (0.1, 0.1, 0.1)}[kind]
         height = 1.0 + k  # apart: the template only fixes the layout
         builder.add_body(f"b{k}", _shape(kind, size), mass=1.0, position=(COLUMN_SPACING * column, 0.0, height))
     return builder.build()
@@ -180,6 +208,8 @@ def _half_height(kind, size, R):
         return size[0]
     if kind == "capsule":
         return size[1] * abs(R[2, 2]) + size[0]
+    if kind == "mesh":
+        return float(np.max(np.abs((MESH * np.asarray(size)) @ R[2])))
     return float(np.sum(np.abs(R[2]) * np.asarray(size)))
 
 
@@ -189,6 +219,8 @@ def _reach(kind, size):
         return size[0]
     if kind == "capsule":
         return size[0] + size[1]
+    if kind == "mesh":
+        return float(np.max(np.linalg.norm(MESH * np.asarray(size), axis=1)))
     return float(np.linalg.norm(size))
 
 
@@ -280,6 +312,8 @@ def _size(kind):
         return st.tuples(_floats(*SPHERE_RADIUS))
     if kind == "capsule":
         return st.tuples(_floats(*CAPSULE_RADIUS), _floats(*CAPSULE_HALF_LENGTH))
+    if kind == "mesh":
+        return st.tuples(*[_floats(*MESH_HALF_EXTENT)] * 3)
     return st.tuples(*[_floats(*BOX_HALF_EXTENT)] * 3)
 
 
@@ -324,7 +358,7 @@ def values(d):
     structure = STRUCTURES[d.structure]
     _, contact_pair = _pairs(d.structure)
     sizes = {}
-    for kind in ("sphere", "capsule", "box"):
+    for kind in ("sphere", "capsule", "box", "mesh"):
         rows = [s for s, k in zip(d.sizes, structure.kinds) if k == kind]
         if not rows:
             continue
@@ -333,7 +367,7 @@ def values(d):
             sizes[kind] = {"radius": rows[:, 0]}
         elif kind == "capsule":
             sizes[kind] = {"radius": rows[:, 0], "half_length": rows[:, 1]}
-        else:
+        else:  # a box's half extents, a mesh's stretch
             sizes[kind] = {"half_extents": rows}
     mu = d.mu[contact_pair]
     return Values(
@@ -350,6 +384,9 @@ def system_of(name, x):
     for k, kind in enumerate(kinds):
         i, counters[kind] = counters[kind], counters[kind] + 1
         s = x.sizes[kind]
+        if kind == "mesh":
+            inertia.append(_mesh_inertia(s["half_extents"][i], x.mass[k]))
+            continue
         size = {
             "sphere": lambda: (s["radius"][i],),
             "capsule": lambda: (s["radius"][i], s["half_length"][i]),
@@ -359,6 +396,8 @@ def system_of(name, x):
     replaced = [lambda s: s.params.mass, lambda s: s.params.inertia, lambda s: s.mu, lambda s: s.restitution]
     leaves = [x.mass, jnp.stack(inertia), x.mu, x.e]
     for kind, arrays in x.sizes.items():
+        if kind == "mesh":  # the template stretched: its vertices
+            arrays = {"vertices": MESH * arrays["half_extents"][:, None, :]}
         for key, value in arrays.items():
             replaced.append(lambda s, kind=kind, key=key: s.params.shapes[kind][key])
             leaves.append(value)
@@ -539,6 +578,17 @@ SLOW = settings(
 LONG = settings(FAST, max_examples=LONG_EXAMPLES)
 
 
+def test_a_stretched_template_mesh_has_its_hulls_inertia_and_extents():
+    """The mesh profile's host geometry against the hull's own: the traceable inertia of the stretched template,
+    its half height in a rotation and its reach."""
+    size, R = np.array([0.05, 0.2, 0.11]), _matrix(_quaternion("random", (0.3, -1.2, 2.0)))
+    mesh = rbd.ConvexMesh(MESH * size)
+    np.testing.assert_allclose(_mesh_inertia(size, 2.5), mesh.inertia(2.5), rtol=1e-12, atol=1e-15)
+    points = MESH * size @ R.T
+    assert _half_height("mesh", size, R) == pytest.approx(max(-points[:, 2].min(), points[:, 2].max()), rel=1e-12)
+    assert _reach("mesh", size) == pytest.approx(float(mesh._hull["radius"]), rel=1e-12)
+
+
 @pytest.mark.parametrize("scheme", FAST_STRUCTURES)
 @FAST
 @given(data=st.data())
@@ -554,6 +604,16 @@ def test_hostile_scenes(scheme, data):
 @given(d=scenes(MIXED_STRUCTURES))
 def test_hostile_mixed_scenes(scheme, d):
     """The slow set's profile: MIXED_EXAMPLES scenes of four bodies of every kind, two of them stacked."""
+    run_and_check(d, scheme, gradient=scheme in MIXED_GRADIENTS)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scheme", SCHEMES)
+@settings(FAST, max_examples=MIXED_EXAMPLES)
+@given(d=scenes(MESH_STRUCTURES))
+def test_hostile_mesh_scenes(scheme, d):
+    """The slow set's mesh profile: MIXED_EXAMPLES scenes of a stretched hull dropped on or resting on a box,
+    beside a capsule (plane-mesh, box-mesh and capsule-mesh contacts)."""
     run_and_check(d, scheme, gradient=scheme in MIXED_GRADIENTS)
 
 
