@@ -136,7 +136,7 @@ SCHEMES = {
     "stewart_trinkle": dict(scheme=rbd.StewartTrinkle(), impact=None),
 }
 DISSIPATIVE = ("anitescu_potra", "poisson")
-# The long profile's schemes: each takes about 16 minutes of one core (seven structures' gradient programs).
+# The long profile's schemes: each takes about 16 minutes of one core (eight structures' gradient programs).
 SLOW_SCHEMES = ("anitescu_potra", "poisson", "stewart_trinkle")
 
 
