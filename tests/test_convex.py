@@ -390,7 +390,14 @@ def _vertex_gap(fn, flip, a, b, Va, pb, Rb):
 
 
 @pytest.mark.parametrize(
-    "case", ["sphere over a face", "box pressed into the mesh", "mesh beside a mesh", "mesh pressed into a mesh"]
+    "case",
+    [
+        "mesh pressed into a mesh",  # the default set's: face planes, polygons and edge axes of both
+        *(
+            pytest.param(case, marks=pytest.mark.slow)
+            for case in ("sphere over a face", "box pressed into the mesh", "mesh beside a mesh")
+        ),
+    ],
 )
 def test_gradients_in_the_vertices_match_central_differences(case):
     """d(least gap)/d(vertices) of a mesh against central differences in every coordinate of every vertex: the
