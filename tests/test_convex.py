@@ -90,12 +90,16 @@ def reference_gap(points_a, points_b):
 # --- Compiled batches, shared by the tests ---------------------------------------------------------
 
 
-def _arrays(shape):
-    """A shape's leaves, the floats in float64 and a mesh's index tables as they are."""
+def _leaves(arrays):
+    """Shape leaves as jax arrays: the floats in float64, a mesh's index tables as they are."""
     return {
         k: jnp.asarray(v) if jnp.issubdtype(jnp.asarray(v).dtype, jnp.integer) else jnp.asarray(v, float)
-        for k, v in shape.arrays().items()
+        for k, v in arrays.items()
     }
+
+
+def _arrays(shape):
+    return _leaves(shape.arrays())
 
 
 def _posed(arrays, p, R):
@@ -295,11 +299,11 @@ def test_a_padded_mesh_gets_the_same_contacts(poses):
     and a box in 400 poses: the same contacts as unpadded. The padding repeats the first vertex, and the
     4 lowest had taken it several times (a dropped hull then sank 16 mm into the floor)."""
     small, large = _random_mesh(30, 7), _random_mesh(43, 13)
-    keys = ("vertices", "normals", "offsets", "faces", "edges", "directions")
     arrays = [{k: np.asarray(v) for k, v in rbd.ConvexMesh(m).arrays().items()} for m in (small, large)]
-    padded = dict(arrays[0], **geometry.pad_meshes([{k: a[k] for k in keys} for a in arrays])[0])
+    padded = geometry.pad_meshes(arrays)[0]
     assert padded["vertices"].shape[0] > arrays[0]["vertices"].shape[0]
-    plain, padded = ({k: jnp.asarray(v, float) for k, v in a.items()} for a in (arrays[0], padded))
+    assert padded["face_index"].shape[0] > arrays[0]["face_index"].shape[0]
+    plain, padded = _leaves(arrays[0]), _leaves(padded)
     P = dict(poses, pb=poses["pb"] + [0.0, 0.0, 0.1])
     plane, box = _arrays(rbd.Plane()), _arrays(rbd.Box((0.3, 0.3, 0.15)))
     for fn, other in ((geometry.plane_mesh, plane), (geometry.box_mesh, box)):
