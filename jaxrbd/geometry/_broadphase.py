@@ -20,6 +20,8 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
+from ._convex import mesh_radius
+
 
 @dataclasses.dataclass(frozen=True)
 class BroadPhase:
@@ -54,7 +56,7 @@ def bounding_radius(kind, arrays):
     if kind == "box":
         return jnp.linalg.norm(arrays["half_extents"], axis=-1)
     if kind == "mesh":
-        return jnp.sqrt(jnp.max(jnp.sum(arrays["vertices"] ** 2, -1), -1))  # the farthest vertex from its origin
+        return mesh_radius(arrays["vertices"])
     raise ValueError(f"the broad phase has no bound for a {kind}")
 
 

@@ -232,14 +232,17 @@ def _world(m):
     V = jnp.asarray(m["vertices"], m["p"].dtype)  # the pose's precision
     faces, edges = m["face_index"], m["edge_index"]
     P = V[faces]  # (f, k, 3); a polygon padded by repeating its last vertex
-    n = jnp.sum(jnp.cross(P, jnp.roll(P, -1, axis=1)), axis=1)
-    n = n / jnp.sqrt(jnp.sum(n * n, -1, keepdims=True))
+    _, n = _norm(jnp.sum(jnp.cross(P, jnp.roll(P, -1, axis=1)), axis=1))
     first = jnp.concatenate([jnp.ones_like(faces[:, :1], bool), faces[:, 1:] != faces[:, :-1]], axis=1)
     d = jnp.sum(jnp.where(first, jnp.sum(P * n[:, None, :], -1), 0.0), -1) / jnp.sum(first, -1)
     E = V[edges]
     _, U = _norm(E[m["direction_index"], 1] - E[m["direction_index"], 0])
-    radius = jnp.sqrt(jnp.max(jnp.sum(V * V, -1)))
-    return _posed(m["p"], m["R"], V, n, d, P, E, U, radius)
+    return _posed(m["p"], m["R"], V, n, d, P, E, U, mesh_radius(V))
+
+
+def mesh_radius(V):
+    """(...,) the distance of the farthest of the vertices V (..., v, 3) from the shape's origin."""
+    return jnp.sqrt(jnp.max(jnp.sum(V * V, -1), -1))
 
 
 def _posed(p, R, V, n, d, P, E, U, radius):
