@@ -15,7 +15,7 @@ import jaxrbd as rbd
 from jaxrbd._problems import friction_lcp
 from jaxrbd.complementarity import DenseAdjoint, solve
 from jaxrbd.complementarity._fb import fischer_burmeister, fischer_burmeister_partials
-from jaxrbd.complementarity._implicit import ADJOINT_EPS_POWER, PINV_RTOL_FACTOR, min_norm_lstsq
+from jaxrbd.complementarity._implicit import ADJOINT_EPS_POWER, PINV_RTOL_FACTOR, min_norm_lstsq, reverse_partials
 from jaxrbd.complementarity._newton import delassus_direction, delassus_transposed_solver, row_scale
 
 IMPULSE_RTOL = 1e-8  # the random-LCP acceptance: N c_n + D beta agrees with Lemke's to 1e-8 relative
@@ -225,12 +225,12 @@ def test_gradients_through_the_structure_equal_the_pseudo_inverse():
 def _both_adjoints(lcp, z_bar):
     """u of the reverse pass for one cotangent z_bar: through the structure, and by the pseudo-inverse alone.
 
-    Both from the same FB partials: at a degenerate row (z_i = w_i = 0) they jump with
-    the round-off in w, and the structure forms w = C z + X^T (X z) + b, not A z + b.
+    Both from the same FB partials (`reverse_partials`: a degenerate row's side is chosen by its contact's
+    state, not by the round-off in w, which differs: the structure forms w = C z + X^T (X z) + b, not A z + b).
     """
     raw = solve(lcp)
     z = raw.z
-    da, db = fischer_burmeister_partials(z, lcp.F(z))
+    da, db = reverse_partials(lcp, z)
     rtol = PINV_RTOL_FACTOR * z.shape[0] * float(jnp.finfo(z.dtype).eps)
     pinv = db * min_norm_lstsq((jnp.diag(da) + db[:, None] * lcp.A).T, z_bar, rtol)
     return DenseAdjoint().transposed_solve(lcp, raw, z_bar), pinv
@@ -253,7 +253,7 @@ def test_the_reverse_pass_falls_back_to_the_pseudo_inverse_outside_the_range():
         y, ref = _both_adjoints(lcp, z_bar)
         assert bool(jnp.all(jnp.isfinite(y)))
         z = solve(lcp).z
-        da, db = fischer_burmeister_partials(z, lcp.F(z))
+        da, db = reverse_partials(lcp, z)
         cond = np.linalg.cond(np.asarray(jnp.diag(da) + db[:, None] * lcp.A))
         bound = max(1e-8, cond * PINV_RTOL_FACTOR * lcp.size * float(jnp.finfo(z.dtype).eps))
         np.testing.assert_allclose(np.asarray(y), np.asarray(ref), rtol=0, atol=bound * float(jnp.max(jnp.abs(ref))))

@@ -130,3 +130,32 @@ def test_reverse_pass_does_not_run_the_solver_again():
     assert any("_solve_checked" in op for op in ops)  # the solve, in the forward pass
     assert not [op for op in recomputed if "_solve_checked" in op]
     np.testing.assert_allclose(float(gradient(0.0)), 2 * r / 7, rtol=1e-9)
+
+
+def _ball_on_a_tilted_floor(tilt):
+    """A 1 kg ball of radius 0.1 at rest on the floor n . x = 0, n = (tilt, 0, 1) / |(tilt, 0, 1)| (mu = 0.5)."""
+    b = rbd.SceneBuilder(dim=3, mu=0.5, gravity=(0.0, 0.0, -9.81))
+    b.add_static("floor", rbd.Plane(normal=jnp.stack([tilt, 0.0, 1.0])))
+    b.add_body("ball", rbd.Sphere(0.1), mass=1.0, position=(0.0, 0.0, 0.1))
+    return b.build()
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"scheme": rbd.AnitescuPotra()}, {"step_solver": rbd.ContactSweeps()}],
+    ids=["stewart_trinkle", "anitescu_potra", "contact_sweeps"],
+)
+def test_a_ball_at_rest_rolls_in_the_derivative_when_its_floor_tilts(options):
+    """At rest on a level floor every friction row is biactive (no load along it, no slip). Tilting the floor by
+    t makes the ball roll (it sticks: mu = 0.5 > 2/7 t), at 5/7 g t: after n steps of h, dv_x/dt = 5/7 g n h
+    and dw_y/dt = 5/7 g n h / r, exactly, as central differences give. With the biactive friction rows on
+    their inactive branch the derivative slid instead, without friction (g n h, and no spin)."""
+    steps, h, r = 20, 0.01, 0.1
+    velocities = jax.jit(
+        lambda t: rbd.simulate(*_ball_on_a_tilted_floor(t), dt=h, steps=steps, **options).v[jnp.array([1, -1])]
+    )
+    derivative = np.asarray(jax.jacrev(lambda t: velocities(t)[:, 0::4])(0.0))  # v_x and w_y after 1 and n steps
+    exact = 5.0 / 7.0 * 9.81 * h * np.array([[1.0, 1.0 / r], [steps, steps / r]])
+    np.testing.assert_allclose(derivative, exact, rtol=1e-8)  # the step solves and their adjoints to 1e-8
+    fd = (np.asarray(velocities(FD_STEP)) - np.asarray(velocities(-FD_STEP))) / (2 * FD_STEP)
+    np.testing.assert_allclose(derivative, fd[:, 0::4], rtol=1e-6)

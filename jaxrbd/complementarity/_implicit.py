@@ -37,7 +37,7 @@ import jax
 import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 
-from .._problems import LCP
+from .._problems import LCP, spread
 from ._fb import fischer_burmeister_partials
 from ._newton import delassus_transposed_solver
 
@@ -80,7 +80,7 @@ class DenseAdjoint(Adjoint):
         z = raw.z
         n = z.shape[-1]
         free = jnp.arange(n) < problem.n_free
-        da, db = fischer_burmeister_partials(z, problem.F(z), self.smoothing)
+        da, db = reverse_partials(problem, z, self.smoothing)
         da = jnp.where(free, 0.0, da)
         db = jnp.where(free, 1.0, db)
         rtol = PINV_RTOL_FACTOR * n * jnp.finfo(z.dtype).eps
@@ -101,6 +101,56 @@ class DenseAdjoint(Adjoint):
 
         u, _ = jax.lax.while_loop(lambda c: c[1], body, (u, ~solved))
         return db * u
+
+
+BIACTIVE_RTOL = 1e-7  # a row is biactive where z and s w are both below this of the largest normal impulse
+
+
+def reverse_partials(problem, z, smoothing=0.0):
+    """The element (da, db) of the generalized Jacobian of FB(z, F(z)) that the reverse pass uses at z.
+
+    The Fischer-Burmeister partials (smoothed where smoothing > 0); on a time step's friction LCP (its
+    `Delassus` structure) without smoothing, the degenerate rows' sides chosen by `biactive_branches`.
+    """
+    w = problem.F(z)
+    da, db = fischer_burmeister_partials(z, w, smoothing)
+    if not (isinstance(problem, LCP) and problem.delassus is not None and smoothing == 0.0):
+        return da, db
+    structure = problem.delassus
+    _, zn, _, zl = structure._rows(z)
+    ng_nc = structure.n_free + len(structure.counts)
+
+    def friction_rows(sticking):
+        rows = jnp.concatenate([jnp.zeros((ng_nc,), bool), spread(structure.counts, sticking)])
+        return jnp.concatenate([rows, jnp.zeros_like(sticking)])
+
+    return biactive_branches(z, structure.scale * w, zn, zl, friction_rows, da, db)
+
+
+def biactive_branches(z, sw, normal, lam, friction_rows, da, db):
+    """The Jacobian element at a friction LCP's biactive rows (z_i = 0 = w_i), chosen by the contact's state.
+
+    At a row with z_i = 0 = w_i the Fischer-Burmeister function has a kink, and the ratio z_i / w_i of two
+    round-off numbers would pick the element. A sticking contact that carries a load holds its tangential
+    velocity at zero whichever way the state is perturbed (its friction is strictly inside the cone), so its
+    biactive friction rows take the active branch (w_i held at 0: da = 0, db = 1). With the inactive branch
+    a ball resting on a plane whose normal is then tilted slides in the derivative (h g per unit tilt) where
+    it rolls (5/7 h g). Every other biactive row takes the inactive branch (z_i held at 0): a contact that
+    touches without a load, a sticking contact on the cone's edge, a sliding contact's unused direction.
+
+    Args:
+        z: the solution; sw: the scaled w = A z + q (the rows in impulse units).
+        normal, lam: (nc,) each contact's normal impulse and sliding multiplier (lam = 0: sticking).
+        friction_rows: (nc,) bool -> z-shaped bool, the mask on each contact's friction rows.
+        da, db: the Fischer-Burmeister partials at (z, w).
+    """
+    tol = BIACTIVE_RTOL * jnp.max(jnp.abs(normal), initial=0.0)
+    biactive = (jnp.abs(z) <= tol) & (jnp.abs(sw) <= tol)
+    hold = biactive & friction_rows((normal > tol) & (lam <= tol))
+    release = biactive & ~hold
+    da = jnp.where(hold, 0.0, jnp.where(release, 1.0, da))
+    db = jnp.where(hold, 1.0, jnp.where(release, 0.0, db))
+    return da, db
 
 
 def _structured_transposed_solve(problem, da, db, z_bar, rtol):

@@ -40,14 +40,14 @@ import numpy as np
 
 from .. import dynamics
 from .._lanes import every_lane
-from .._problems import LCP, natural_residual
+from .._problems import LCP, inverse_row_sizes, natural_residual
 from .._small import inv3, matmul, matvec
 from .._validate import check_value
 from ..bodies import Tree
 from ..bodies._model import free_body_motion
 from ..complementarity import Adjoint, SemismoothNewton, implicit_solve, within_tolerance
 from ..complementarity._fb import fischer_burmeister_partials
-from ..complementarity._implicit import ADJOINT_EPS_POWER, PINV_RTOL_FACTOR, min_norm_lstsq
+from ..complementarity._implicit import ADJOINT_EPS_POWER, PINV_RTOL_FACTOR, biactive_branches, min_norm_lstsq
 from ..complementarity._solvers import default_tol
 from ..cones import PolyhedralCone
 from ..model import State
@@ -528,9 +528,13 @@ class SweepAdjoint(Adjoint):
     def transposed_solve(self, problem, raw, z_bar):
         blocks, z = problem, raw.z
         w = blocks.F(z)
+        W = blocks.delassus()
+        s = inverse_row_sizes(jnp.max(jnp.abs(blocks.diagonal(W)), axis=-1))
         da, db = fischer_burmeister_partials(z, w)
+        friction_rows = lambda sticking: jnp.zeros_like(z, bool).at[:, 1:-1].set(sticking[:, None])
+        da, db = biactive_branches(z, s * w, z[:, 0], z[:, -1], friction_rows, da, db)
         _, At = jax.vjp(blocks.F, z)  # w is affine in z: A^T y = vjp
-        block_solve, Bt = _block_solver(blocks, blocks.delassus(), da, db)
+        block_solve, Bt = _block_solver(blocks, W, da, db)
         if blocks.uncoupled:  # A is block diagonal
             return db * block_solve(z_bar, slice(None))
 
