@@ -142,8 +142,11 @@ def _ball_on_a_tilted_floor(tilt):
 
 @pytest.mark.parametrize(
     "options",
-    [{}, {"scheme": rbd.AnitescuPotra()}, {"step_solver": rbd.ContactSweeps()}],
-    ids=["stewart_trinkle", "anitescu_potra", "contact_sweeps"],
+    [
+        pytest.param({}, id="stewart_trinkle"),
+        pytest.param({"scheme": rbd.AnitescuPotra()}, id="anitescu_potra", marks=pytest.mark.slow),
+        pytest.param({"step_solver": rbd.ContactSweeps()}, id="contact_sweeps", marks=pytest.mark.slow),
+    ],
 )
 def test_a_ball_at_rest_rolls_in_the_derivative_when_its_floor_tilts(options):
     """At rest on a level floor every friction row is biactive (no load along it, no slip). Tilting the floor by

@@ -316,6 +316,7 @@ def test_bad_options_are_named():
         rbd.ContactSweeps(dense_rows=0)
 
 
+@pytest.mark.slow
 def test_dense_fallback_takes_problems_up_to_its_size_and_reports_the_rest_unsolved():
     """A 50 kg ball on a 2.5 g ball on the ground (mass ratio 2e4): the sweeps stall on it.
 
@@ -329,7 +330,9 @@ def test_dense_fallback_takes_problems_up_to_its_size_and_reports_the_rest_unsol
     b.add_body("light", rbd.Sphere(0.1), mass=2.5e-3, position=(0.0, 0.0, 0.1))
     b.add_body("heavy", rbd.Sphere(0.1), mass=50.0, position=(0.01, 0.0, 0.3))
     scene = b.build()
-    run = lambda rows: rbd.simulate(*scene, dt=0.01, steps=3, step_solver=rbd.ContactSweeps(max_sweeps=100, dense_rows=rows))
+    run = lambda rows: rbd.simulate(
+        *scene, dt=0.01, steps=3, step_solver=rbd.ContactSweeps(max_sweeps=100, dense_rows=rows)
+    )
     solved, capped = run(30), run(29)
     assert bool(jnp.all(solved.stats.converged)) and float(solved.stats.residual.max()) <= TOL
     converged, residual = np.asarray(capped.stats.converged), np.asarray(capped.stats.residual)

@@ -55,7 +55,9 @@ def _spread(loads):
     return max(float((x.max() - x.min()) / x.mean()) for x in loads.values())
 
 
-@pytest.mark.parametrize("name", list(SCENES))
+@pytest.mark.parametrize(
+    "name", [pytest.param(name, marks=[pytest.mark.slow] if name == "box_stack(3)" else []) for name in SCENES]
+)
 def test_a_flat_rest_loads_its_corners_equally_from_any_warm_start(name):
     scene = _scene(name)
     system, state = scene
