@@ -37,7 +37,7 @@ import jax
 import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 
-from .._problems import LCP, spread
+from .._problems import LCP, split_rows, spread
 from ._fb import fischer_burmeister_partials
 from ._newton import delassus_transposed_solver
 
@@ -117,12 +117,13 @@ def reverse_partials(problem, z, smoothing=0.0):
     if not (isinstance(problem, LCP) and problem.delassus is not None and smoothing == 0.0):
         return da, db
     structure = problem.delassus
-    _, zn, _, zl = structure._rows(z)
-    ng_nc = structure.n_free + len(structure.counts)
+    counts = structure.counts
+    ng, nc = structure.n_free, len(counts)
+    _, zn, _, zl = split_rows(z, ng, nc, sum(counts))
 
     def friction_rows(sticking):
-        rows = jnp.concatenate([jnp.zeros((ng_nc,), bool), spread(structure.counts, sticking)])
-        return jnp.concatenate([rows, jnp.zeros_like(sticking)])
+        no = lambda k: jnp.zeros((k,), bool)
+        return jnp.concatenate([no(ng + nc), spread(counts, sticking), no(nc)])
 
     return biactive_branches(z, structure.scale * w, zn, zl, friction_rows, da, db)
 
