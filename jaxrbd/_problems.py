@@ -65,7 +65,8 @@ class Delassus(eqx.Module):
 
     U M^{-1} U^T is the Delassus part, of rank at most nv (the velocities); C holds
     the rows of the friction cone (the lam column of the friction rows and the cone
-    rows mu c_n - E^T beta, 004 §3.2) and the unit diagonal of the masked rows. The
+    rows mu c_n - E^T beta, 004 §3.2), the unit diagonal of the masked rows and, with
+    a compliant load split (`friction_lcp(compliance=)`), the normal rows' compliance. The
     Newton direction of `SemismoothNewton` uses it to solve an (nv, nv) system
     instead of an (n, n) one (`_newton.delassus_direction`), and the solvers apply A
     as C z + X^T (X z) without forming either part: the (n, n) product X^T X cost 8 us
@@ -93,6 +94,7 @@ class Delassus(eqx.Module):
             the rows' sizes on a shared body.
         n_free: static number of leading equality rows (ng).
         counts: static number of friction directions of each contact.
+        compliance: (nc,) the diagonal of C on the normal rows, or None (rigid contacts).
     """
 
     Ut: jax.Array
@@ -104,6 +106,7 @@ class Delassus(eqx.Module):
     scale: jax.Array
     n_free: int = eqx.field(static=True)
     counts: tuple[int, ...] = eqx.field(static=True)
+    compliance: jax.Array | None = None
 
     @property
     def U(self):
@@ -115,16 +118,18 @@ class Delassus(eqx.Module):
 
     def _cone(self, z, sign):
         """C z (sign = 1) or C^T z (sign = -1), from the layout: the lam column E of the friction rows, the
-        cone rows mu c_n - E^T beta and the masked rows' unit diagonal, each entry times the rows' keep."""
+        cone rows mu c_n - E^T beta, the masked rows' unit diagonal and the normal rows' compliance, each entry
+        times the rows' keep."""
         k = self.keep
         _, kn, kb, kl = self._rows(k)
         zg, zn, zb, zl = self._rows(z)
+        compliant = jnp.zeros_like(zn) if self.compliance is None else kn * self.compliance * zn
         if sign > 0:  # friction rows: E lam; cone rows: mu c_n - E^T beta
-            parts = (jnp.zeros_like(zg), jnp.zeros_like(zn), kb * spread(self.counts, kl * zl))
+            parts = (jnp.zeros_like(zg), compliant, kb * spread(self.counts, kl * zl))
             parts += (kl * (self.mu * kn * zn - gather_sum(self.counts, kb * zb)),)
         else:  # normal columns: mu y_l; friction columns: -E y_l; lam columns: E^T y_b
             ylk = kl * zl
-            parts = (jnp.zeros_like(zg), kn * self.mu * ylk, -kb * spread(self.counts, ylk))
+            parts = (jnp.zeros_like(zg), kn * self.mu * ylk + compliant, -kb * spread(self.counts, ylk))
             parts += (kl * gather_sum(self.counts, kb * zb),)
         return jnp.concatenate(parts) + (1.0 - k) * z
 
@@ -320,6 +325,20 @@ class FrictionLCP(eqx.Module):
         return self.b + _inverse_apply(self.M, self.L_inv, self.impulse(z))
 
 
+def multiplicity(Un, kept):
+    """(nc,) for each contact, the number of kept contacts whose normal row Un (nc, nv) equals its own (1 where
+    not kept).
+
+    A manifold with fewer distinct points than slots repeats some (`jaxrbd.geometry`'s box-box clip), and equal
+    boxes stacked face to face give coincident points: their rows are equal, and a rule that weighs the contact
+    points (the least-norm impulse, the compliant load split) counts them as one.
+    """
+    kept = kept > 0
+    size = 1e-9 * jnp.max(jnp.abs(Un), initial=0.0)
+    same = jnp.max(jnp.abs(Un[:, None, :] - Un[None, :, :]), axis=-1, initial=0.0) <= size
+    return jnp.where(kept, jnp.sum(same & kept[None, :], axis=1), 1).astype(Un.dtype)
+
+
 def _direction_incidence(counts):
     """E (nd, nc): E[j, i] = 1 when direction j belongs to contact i."""
     owner = np.repeat(np.arange(len(counts)), counts)
@@ -364,7 +383,7 @@ def gather_sum(counts, y):
     return jnp.sum(padded[index], axis=1)
 
 
-def friction_lcp(M, N, D, mu, counts, b, *, bn=None, row_active=None, J=None, bj=None, bl=None):
+def friction_lcp(M, N, D, mu, counts, b, *, bn=None, row_active=None, J=None, bj=None, bl=None, compliance=0.0):
     """Build the friction LCP of one velocity-level time step (004 §3.2, 000 eq. (14)).
 
     Args:
@@ -388,6 +407,13 @@ def friction_lcp(M, N, D, mu, counts, b, *, bn=None, row_active=None, J=None, bj
         bl: optional (nc,) offsets of the cone rows, mu c_n - e^T beta + bl >= 0: a
             friction bound that does not scale with c_n (a joint's dry friction,
             its frictionloss f times h, on a contact whose normal row is masked).
+        compliance: rho >= 0, the relative compliance of the contact points (static). rho > 0 adds
+            kappa_i c_n,i to each normal row, kappa_i = rho m_i max_j W_jj: every contact point a spring of
+            the same compliance rho max_j W_jj (W = N^T M^{-1} N, the largest over the kept normal rows), its
+            m_i coincident copies sharing it (`multiplicity`). Where more normal rows act than the
+            velocities they move (a face on four corners) the rigid problem has a whole set of solutions,
+            among them different velocities once the face slides and spins; the compliant one is unique,
+            near the split of equal springs. 0: the rigid rows.
 
     Returns:
         A `FrictionLCP`.
@@ -435,6 +461,11 @@ def friction_lcp(M, N, D, mu, counts, b, *, bn=None, row_active=None, J=None, bj
             kl * jnp.maximum(mu * kn, kb_any) + 1.0 - kl,
         ]
     )
-    scale = inverse_row_sizes(jnp.maximum(jnp.sum(X * X, axis=0), c_max))
-    lcp = LCP(None, q, ng, counts, Delassus(Ut, M, mu, keep, L_inv, X, scale, ng, counts))
+    W = jnp.sum(X * X, axis=0)
+    scale = inverse_row_sizes(jnp.maximum(W, c_max))
+    kappa = None
+    if compliance and nc:
+        Wn = W[ng : ng + nc] * kn
+        kappa = compliance * jnp.max(Wn) * kn * multiplicity(Ut[:, ng : ng + nc].T, kn)
+    lcp = LCP(None, q, ng, counts, Delassus(Ut, M, mu, keep, L_inv, X, scale, ng, counts, kappa))
     return FrictionLCP(lcp, M, b, N, D, J, L_inv, counts)

@@ -551,7 +551,10 @@ def test_ball_joint_actuators_gradient_is_finite_at_the_identity_and_equals_cent
     loss = lambda u: weights @ run(scene.state.q, scene.state.v, u).q[-1]
     grad = jax.jit(jax.grad(loss))(u0)
     assert np.all(np.isfinite(np.asarray(grad)))
-    eps = 1e-5  # the entries are 1e-4 to 1e-2 of a loss of size 1: round-off would pass rtol at 1e-6
+    # The entries are 1e-4 to 1e-2 of a loss of size 1 whose 100 steps carry about 1e-15 of round-off: a step of
+    # 1e-5 leaves 1.4e-10 of it in the smallest entry (2e-6 relative), 1e-4 ten times less, and its truncation
+    # error is below that (a step of 1e-3 agrees with the gradient to 1e-8).
+    eps = 1e-4
     for k, i in ((0, 1), (STEPS // 2, 0), (STEPS - 5, 2)):
         e = jnp.zeros_like(u0).at[k, i].set(eps)
         fd = (loss(u0 + e) - loss(u0 - e)) / (2 * eps)

@@ -120,7 +120,9 @@ def _delassus_blocks(problem, da, db, s, eps):
     k = f.keep
     diag = da + eps * db + beta * (1.0 - k)  # masked rows: C has a unit diagonal
     rows = lambda x: split_rows(x, ng, nc, nd)
-    (_, kn, kb, kl), (dg, dn, db_, dl), (_, _, bb, bl) = rows(k), rows(diag), rows(beta)
+    (_, kn, kb, kl), (dg, dn, db_, dl), (_, bn, bb, bl) = rows(k), rows(diag), rows(beta)
+    if f.compliance is not None:  # C's normal diagonal (zero on the masked rows)
+        dn = dn + bn * f.compliance
     a = bb * kb * spread(counts, kl)
     c = spread(counts, bl * kl) * kb
     return _DelassusBlocks(

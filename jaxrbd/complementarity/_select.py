@@ -31,7 +31,7 @@ velocities the solve found; it does not choose between velocities.
 import jax
 import jax.numpy as jnp
 
-from .._problems import LCP, _direction_incidence, natural_residual
+from .._problems import LCP, _direction_incidence, multiplicity, natural_residual
 
 REFINEMENTS = 2  # of the regularized normal equations, against the unregularized ones
 NONNEGATIVE = 6  # semismooth Newton steps towards the non-negative least-norm impulses
@@ -108,16 +108,7 @@ def least_norm(problem, z, tol):
 
 
 def _multiplicity(f, ng, nc, E):
-    """(n,) for each row, the number of kept contacts whose normal row equals its contact's (1 off the contacts).
-
-    A manifold with fewer distinct points than slots repeats some (`jaxrbd.geometry`'s box-box clip), and equal
-    boxes stacked face to face give coincident points: their rows are equal, and without the weight the
-    least-norm rule would load a repeated point once per copy.
-    """
-    Un = f.U[ng : ng + nc]
-    kept = f.keep[ng : ng + nc] > 0
-    size = 1e-9 * jnp.max(jnp.abs(Un), initial=0.0)
-    same = jnp.max(jnp.abs(Un[:, None, :] - Un[None, :, :]), axis=-1, initial=0.0) <= size
-    count = jnp.where(kept, jnp.sum(same & kept[None, :], axis=1), 1).astype(Un.dtype)
-    ones = jnp.ones((ng,), Un.dtype)
-    return jnp.concatenate([ones, count, E @ count, jnp.ones((f.keep.shape[0] - ng - nc - E.shape[0],), Un.dtype)])
+    """(n,) for each row, the number of kept contacts whose normal row equals its contact's (1 off the contacts)."""
+    count = multiplicity(f.U[ng : ng + nc], f.keep[ng : ng + nc])
+    ones = jnp.ones((ng,), count.dtype)
+    return jnp.concatenate([ones, count, E @ count, jnp.ones((f.keep.shape[0] - ng - nc - E.shape[0],), count.dtype)])

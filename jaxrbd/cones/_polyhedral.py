@@ -288,13 +288,16 @@ class PolyhedralCone(Cone):
         L = L.at[:, k + 1, 1 : k + 1].set(-1.0)
         return K, L
 
-    def build(self, M, N, T, mu, b, *, bn=None, active=None, J=None, bj=None, frictional=None, dry=None):
+    def build(
+        self, M, N, T, mu, b, *, bn=None, active=None, J=None, bj=None, frictional=None, dry=None, compliance=0.0
+    ):
         """The step problem from the contact rows; see `jaxrbd.friction_lcp` for the arguments.
 
         T: (nc, d, nv) the rows t, o (, r) of each contact; active: (nc,) bool;
         frictional: (nc,) bool or None, the contacts whose friction rows (beta and
         lam) are in the problem: the others' are decoupled at zero, which removes
-        the non-unique lam of a contact without friction (a joint's range stop).
+        the non-unique lam of a contact without friction (a joint's range stop);
+        compliance: the normal rows' relative compliance (`jaxrbd.friction_lcp`).
         """
         nc, d = T.shape[0], self.dim
         scale = contact_scale((self.e_t, self.e_o, self.e_r)[:d], nc, T.dtype)
@@ -319,7 +322,7 @@ class PolyhedralCone(Cone):
             mask = jnp.concatenate([normal, jnp.repeat(rub[idx] if self.frictionless else rub, self.k), rub])
         has = set(rubbing)
         counts = tuple(self.k if i in has else 0 for i in range(nc))
-        lcp = friction_lcp(M, N, D, mu, counts, b, bn=bn, row_active=mask, J=J, bj=bj, bl=bl)
+        lcp = friction_lcp(M, N, D, mu, counts, b, bn=bn, row_active=mask, J=J, bj=bj, bl=bl, compliance=compliance)
         return PolyhedralProblem(lcp, U, scale, T, None if not self.frictionless else rubbing)
 
 

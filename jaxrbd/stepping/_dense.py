@@ -24,7 +24,23 @@ from ._types import ContactImpulses, StepStats
 
 
 def _solve_at(
-    system, cone, solver, contacts, motion, J, q0, qhat, dt, *, active, position_level, z0, smoothing, impact, bj
+    system,
+    cone,
+    solver,
+    contacts,
+    motion,
+    J,
+    q0,
+    qhat,
+    dt,
+    *,
+    active,
+    position_level,
+    z0,
+    smoothing,
+    impact,
+    bj,
+    compliance,
 ):
     """Build and solve the step's problem with the geometry (record, joint rows) at qhat (None: at q).
 
@@ -34,7 +50,9 @@ def _solve_at(
     `impact` (an `Impact`) gives the Newton rows of the colliding contacts.
     """
     bn = _normal_offsets(system, contacts, motion, dt, position_level, q0=q0, qhat=qhat, impact=impact)
-    prob = step_problem(cone, contacts, motion.M, J, motion.v_free, dt, bn=bn, active=active, bj=bj)
+    prob = step_problem(
+        cone, contacts, motion.M, J, motion.v_free, dt, bn=bn, active=active, bj=bj, compliance=compliance
+    )
     sol = solve(prob.problem, solver=solver, z0=z0, grad_smoothing=smoothing)
     return prob, sol, prob.velocity(sol.z)
 
@@ -67,7 +85,10 @@ def step_problem_at(system, state, dt, *, scheme, cone):
     active = step_active(system, contacts, q, v, dt, scheme.delta)
     bn = _normal_offsets(system, contacts, motion, dt, scheme.position_level)
     bj = _joint_offsets(system, contacts, q, v, dt)
-    return step_problem(cone, contacts, motion.M, J, motion.v_free, dt, bn=bn, active=active, bj=bj), motion
+    problem = step_problem(
+        cone, contacts, motion.M, J, motion.v_free, dt, bn=bn, active=active, bj=bj, compliance=scheme.compliance
+    )
+    return problem, motion
 
 
 def _joint_offsets(system, contacts, q, v, dt):
@@ -179,7 +200,12 @@ class DenseStep(StepSolver):
         active = step_active(system, contacts, q, v, dt, scheme.delta)
         bj = _joint_offsets(system, contacts, q, v, dt)
         options = dict(
-            active=active, position_level=scheme.position_level, smoothing=grad_smoothing, impact=impact, bj=bj
+            active=active,
+            position_level=scheme.position_level,
+            smoothing=grad_smoothing,
+            impact=impact,
+            bj=bj,
+            compliance=scheme.compliance,
         )
         q0, v_free = motion.q0, motion.v_free
         prob, sol, v_next = _solve_at(system, cone, solver, contacts, motion, J, q0, None, dt, z0=z, **options)

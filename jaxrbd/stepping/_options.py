@@ -5,7 +5,7 @@ import jax
 import jax.numpy as jnp
 
 from .._validate import check_value
-from ..cones import Cone
+from ..cones import Cone, PolyhedralCone
 from ._impacts import ImpactLaw
 from ._rows import default_cone
 from ._schemes import Scheme, StewartTrinkle
@@ -62,7 +62,8 @@ class StepOptions(eqx.Module):
 
         Raises:
             TypeError: an option of the wrong kind.
-            ValueError: grad_smoothing < 0, or a cone whose dimension does not fit the contacts.
+            ValueError: grad_smoothing < 0, a cone whose dimension does not fit the contacts, or a scheme's
+                compliance with a cone that is not polyhedral.
         """
         scheme = StewartTrinkle() if scheme is None else scheme
         if not isinstance(scheme, Scheme):
@@ -81,6 +82,11 @@ class StepOptions(eqx.Module):
             cone = default_cone(system, system.contact_shapes(state.q))
         else:
             jax.eval_shape(lambda q: system.contacts(q).friction_rows(cone.dim), state.q)  # a clear error on a mismatch
+        if scheme.compliance and not isinstance(cone, PolyhedralCone):
+            raise ValueError(
+                f"scheme.compliance = {scheme.compliance} needs a polyhedral or planar cone (an LCP step), "
+                f"got {type(cone).__name__}"
+            )
         # The cone's coefficients in the state's precision: float64 scales would promote a float32 step.
         dtype = jnp.result_type(state.q, float)
         cone = jax.tree_util.tree_map(lambda x: x.astype(dtype) if eqx.is_inexact_array(x) else x, cone)

@@ -15,10 +15,13 @@ def step_problem(cone, contacts, M, J, b, dt=None, **kwargs):
 
     dt: the step, which bounds a joint's dry friction impulse by its force times dt (`Contacts.dry`); None
     (an impact phase, which takes no time) bounds it by 0.
-    kwargs: `bn` (normal-row offsets) and `active` (the contacts in the problem).
+    kwargs: `bn` (normal-row offsets), `active` (the contacts in the problem) and `compliance` (the normal rows'
+    relative compliance, a polyhedral cone's only: passed on where it is not 0).
     """
     T = contacts.friction_rows(cone.dim)
     dry = None
     if contacts.dry is not None:
         dry = (contacts.dry, contacts.dry_friction * (0.0 if dt is None else dt))
+    if not kwargs.get("compliance"):  # rigid rows, which every cone builds
+        kwargs.pop("compliance", None)
     return cone.build(M, contacts.J_n.T, T, contacts.mu, b, J=J.T, frictional=contacts.frictional, dry=dry, **kwargs)

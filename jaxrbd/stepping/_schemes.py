@@ -6,15 +6,24 @@ import equinox as eqx
 
 from .._validate import check_value
 
+MAX_COMPLIANCE = 1e-2  # a selection among the rigid solutions, not a soft contact model
+
 
 class Scheme(eqx.Module):
     """A time-stepping scheme: the form of the normal rows and the contacts in the step.
 
     A scheme says whether its normal rows are position-level (f(q) + h n^T v+ >= 0)
-    or velocity-level (n^T v+ >= 0), and the activation distance `delta` (None:
-    every contact the geometry keeps). The step solvers read these; the scheme
-    holds no dynamics of its own.
+    or velocity-level (n^T v+ >= 0), the activation distance `delta` (None:
+    every contact the geometry keeps) and the normal rows' `compliance`. The step
+    solvers read these; the scheme holds no dynamics of its own.
     """
+
+    compliance: float = eqx.field(static=True, default=0.0, kw_only=True)
+
+    def __check_init__(self):
+        rho = self.compliance
+        if isinstance(rho, bool) or not isinstance(rho, (int, float)) or not 0.0 <= rho <= MAX_COMPLIANCE:
+            raise ValueError(f"compliance must be a number in [0, {MAX_COMPLIANCE}], got {rho!r}")
 
     @property
     @abc.abstractmethod
@@ -42,6 +51,9 @@ class StewartTrinkle(Scheme):
             estimate q^ of q+, using the constraint f(q^) + grad f(q^)^T (q+ - q^) >= 0.
         delta: contacts whose gap f(q + h G v) exceeds delta are left out of the
             LCP (masked rows); None keeps every contact.
+        compliance: rho >= 0 (keyword only), the contact points' relative compliance: the
+            compliant load split of the step's LCP (`jaxrbd.friction_lcp`; the
+            simulating guide, "One load split where many solve"). 0: rigid rows.
     """
 
     fixed_point_iterations: int = eqx.field(static=True, default=0)
@@ -67,6 +79,7 @@ class AnitescuPotra(Scheme):
 
     Attributes:
         delta: the activation distance, >= 0.
+        compliance: as `StewartTrinkle`'s.
         project: project the drift back to the admissible set after each step, by
             the smallest M-norm correction of the linearized gaps (a frictionless
             LCP; 000 §2.5). Velocities are unchanged.

@@ -163,6 +163,8 @@ class ContactSweeps(StepSolver):
                 "it sweeps free bodies, and a kinematic tree (jaxrbd.bodies.Tree) couples all of its contacts "
                 "through M(q)^-1; use the dense SemismoothNewton"
             )
+        if scheme.compliance:
+            return "it solves rigid normal rows (the scheme's compliance is 0); use the dense SemismoothNewton"
         if model.dim != 3:
             return "it supports 3D scenes only (this one is planar)"
         if model.joints:
