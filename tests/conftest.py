@@ -1,20 +1,27 @@
-"""Shared test set-up: float64 everywhere, compiled code freed before it exhausts the memory maps, no persistent
-compilation cache."""
+"""Shared test set-up: float64 everywhere, compiled code freed before it exhausts the memory maps, and a persistent
+compilation cache only where `JAXRBD_TEST_CACHE` names one."""
 
 import gc
 import os
 
 # The notebooks call `jaxrbd.configure()`, which turns JAX's persistent compilation cache on; the tests leave it
-# off (their notebook kernels inherit this), so that no run depends on what an earlier one left on disk.
-# test_configure.py checks the cache.
-os.environ["JAXRBD_CACHE"] = "0"
+# off (their notebook kernels and subprocesses inherit this), so that no run depends on what an earlier one left on
+# disk. CI names a fresh directory in JAXRBD_TEST_CACHE: the processes of one CI run (the test workers, the
+# notebook kernels, the documentation's interpreters, the slow set after the default set) share the programs
+# that more than one of them compiles. test_configure.py checks the cache itself.
+TEST_CACHE = os.environ.get("JAXRBD_TEST_CACHE")
+if TEST_CACHE:
+    os.environ["JAXRBD_CACHE"] = "1"
+    os.environ["JAXRBD_CACHE_DIR"] = TEST_CACHE
+else:
+    os.environ["JAXRBD_CACHE"] = "0"
 
 import jax  # noqa: E402
 
 import jaxrbd  # noqa: E402
 
 # One OpenBLAS thread and XLA's serial CPU scheduler, as the command line and the notebooks run.
-jaxrbd.configure(compilation_cache=False)
+jaxrbd.configure(compilation_cache=bool(TEST_CACHE))
 jax.config.update("jax_enable_x64", True)
 
 import pytest  # noqa: E402

@@ -679,25 +679,25 @@ def _dropped(surfaces, count):
     return draws, traj, np.array([drops.depths(np.asarray(traj.q[i]), d[1], d[2]) for i, d in enumerate(draws)])
 
 
-@pytest.mark.slow
-def test_random_hulls_dropped_on_the_floor_and_a_box_hold():
-    """The first 50 floor and 50 table draws of `benchmarks/mesh_drops.py` (random hulls of 6-19 points, 0.1-10
+@pytest.mark.parametrize("count", [pytest.param(12, marks=pytest.mark.slow), pytest.param(50, marks=pytest.mark.long)])
+def test_random_hulls_dropped_on_the_floor_and_a_box_hold(count):
+    """The first `count` floor and table draws of `benchmarks/mesh_drops.py` (random hulls of 6-19 points, 0.1-10
     kg, mu 0.1-1.5, thrown spinning from 0.25-0.6 m onto the floor or a Box table): no vertex deeper than 2 mm
     below the floor or inside the table at any step, and every step converged to the solver's tolerance. The
     plane keeps 8 vertices a pair: with the 4 lowest, a hull rocking on a nearly level face of 5 or more
     vertices let the fifth fall 8 mm through."""
-    draws, _, depth = _dropped(("floor", "table"), 50)
+    draws, _, depth = _dropped(("floor", "table"), count)
     deepest = depth.max(axis=1)
     assert deepest.max() <= 2e-3, (draws[int(deepest.argmax())][2], int(deepest.argmax()), deepest.max())
 
 
-@pytest.mark.slow
-def test_random_hulls_dropped_on_a_static_hull_hold():
-    """The first 100 draws onto the static 48-point hull (mesh-mesh): every step converged, and at every step no
+@pytest.mark.parametrize("count", [pytest.param(24, marks=pytest.mark.slow), pytest.param(100, marks=pytest.mark.long)])
+def test_random_hulls_dropped_on_a_static_hull_hold(count):
+    """The first `count` draws onto the static 48-point hull (mesh-mesh): every step converged, and at every step no
     vertex deeper than 2 mm plus what the step's linearization of the rotation can leave, r (h |w|)^2 / 2 (r
     the hull's farthest vertex from its origin, w its angular velocity after the step). With only the clipped
-    points as contacts, 17 draws went deeper than 2 mm, one of them 18.9 mm."""
-    draws, traj, depth = _dropped(("rock",), 100)
+    points as contacts, 17 of the first 100 draws went deeper than 2 mm, one of them 18.9 mm."""
+    draws, traj, depth = _dropped(("rock",), count)
     r = np.array([np.linalg.norm(d[1], axis=1).max() for d in draws])[:, None]
     spin = np.linalg.norm(np.asarray(traj.v)[..., 3:6], axis=-1)
     allowed = 2e-3 + 0.5 * r * (H * spin) ** 2

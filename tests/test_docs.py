@@ -28,7 +28,7 @@ def python_blocks(path):
 def _run_page(path, tmp_path):
     code = "\n".join(python_blocks(path))
     assert code.strip(), f"{path.name} has no Python example"
-    env = {**os.environ, "MPLBACKEND": "Agg", "JAXRBD_CACHE": "0"}
+    env = {**os.environ, "MPLBACKEND": "Agg"}
     done = subprocess.run(
         [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1800, check=False
     )

@@ -137,7 +137,7 @@ def test_vmap_matches_python_loop(batch100):
     _check_loop(probs, cold)
 
 
-@pytest.mark.slow
+@pytest.mark.long  # test_vmap_matches_python_loop's check on 256 problems
 def test_vmap_matches_python_loop_256():
     probs = random_batch(256, seed=7)
     _check_loop(probs, solve_batch_ssn(probs.lcp.A, probs.lcp.b, jnp.zeros_like(probs.lcp.b)))

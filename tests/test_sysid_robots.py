@@ -167,7 +167,7 @@ def test_a_log_that_never_moves_the_shoulder_names_its_damping_as_not_identified
     assert any("not identified by the data" in s and "j1.damping" in s for s in said)
 
 
-@pytest.mark.slow
+@pytest.mark.long  # 50 fits, about 5 minutes of one core; test_sysid_uncertainty.py checks the calibration on objects
 def test_the_intervals_cover_the_truth_at_their_level_over_50_synthetic_logs(named, capsys):
     """50 logs that jaxrbd itself makes from the true arm (one 2-second excitation each, its own noise draw): the
     95% intervals of the 4 parameters hold the truth in 90-99% of the 200 cases (MuJoCo's soft friction aside,
