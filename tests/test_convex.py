@@ -214,6 +214,33 @@ def test_box_as_a_mesh_matches_the_box(poses):
     np.testing.assert_allclose(np.linalg.norm(nm, axis=-1), 1.0, atol=1e-12)
 
 
+def _edge_on_edge(yaw, shift):
+    """Two 0.2 m cubes turned 45 degrees about x, one on the other edge on edge, 1 mm into it, the upper one
+    turned by `yaw` about z and shifted by `shift` along the lower one's top edge."""
+    c, s = math.cos(math.pi / 4), math.sin(math.pi / 4)
+    roll = np.array([[1.0, 0.0, 0.0], [0.0, c, -s], [0.0, s, c]])
+    turn = np.array([[math.cos(yaw), -math.sin(yaw), 0.0], [math.sin(yaw), math.cos(yaw), 0.0], [0.0, 0.0, 1.0]])
+    top = 0.1 * math.sqrt(2.0)
+    return jnp.zeros(3), jnp.asarray(roll), jnp.array([shift, 0.0, 2 * top - 1e-3]), jnp.asarray(turn @ roll)
+
+
+@pytest.mark.parametrize("yaw, shift", [(0.02, 0.03), (0.1, 0.01)])
+def test_an_edge_on_an_edge_gets_both_ends_of_the_touching_segment_as_the_boxes_do(yaw, shift):
+    """Nearly parallel edges touch along a segment: besides the closest points, each edge's mirror point in the
+    other shape's shadow (the segment's other end). Box-mesh and mesh-mesh keep the same 3 edge contacts as
+    box-box on the same cubes (gaps, normals, points); with the closest points alone the upper cube pivots."""
+    h = np.full(3, 0.1)
+    box, mesh = _arrays(rbd.Box(h)), _arrays(rbd.ConvexMesh(_SIGNS * h))
+    pa, Ra, pb, Rb = _edge_on_edge(yaw, shift)
+    ref = [np.asarray(x)[:3] for x in geometry.box_box(_posed(box, pa, Ra), _posed(box, pb, Rb), 3)]
+    assert ref[0][0] == pytest.approx(-1e-3, abs=1e-5)  # the closest points: the edge-edge penetration depth
+    assert np.max(np.abs(ref[2][1:, 0] - ref[2][0, 0])) > 0.005, ref[2]  # a point at the segment's other end
+    for fn, a in ((geometry.box_mesh, box), (geometry.mesh_mesh, mesh)):
+        got = fn(_posed(a, pa, Ra), _posed(mesh, pb, Rb), 3)
+        for want, have in zip(ref, got, strict=True):
+            np.testing.assert_allclose(np.asarray(have)[:3], want, atol=EXACT)
+
+
 def test_mesh_mesh_gap_matches_brute_force(poses):
     P = poses
     a, b = _arrays(rbd.ConvexMesh(BLOB)), _arrays(rbd.ConvexMesh(BLOB2))

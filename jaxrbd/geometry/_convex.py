@@ -59,10 +59,12 @@ Narrow phase (each pair function has the signature of `_pairs`):
   landing on a small facet of a curved hull had every clipped point under that
   facet, and a vertex 5 mm off the neighbouring facet went 19 mm into it in one
   step. An edge axis: the closest
-  points of the two supporting edges in slot 0, and in the other slots the points 2
-  onwards of the better face axis' manifold, their depths bounded by the
-  penetration depth (a hull pivoting on an edge turns onto a face within the
-  step, and those are the points about to touch). Separated: the exact
+  points of the two supporting edges in slot 0, the mirror point of each edge in
+  the other polytope's shadow in slots 1 and 2 (`_mirror_contact`, as for box-box:
+  nearly parallel edges touch along a segment and get both its ends), and in the
+  other slots the points 2 onwards of the better face axis' manifold, their depths
+  bounded by the penetration depth (a hull pivoting on an edge turns onto a face
+  within the step, and those are the points about to touch). Separated: the exact
   distance (vertex-face projections inside the face, and every edge pair)
   replaces the slots whose gap is not a distance (`_boxes._with_exact`).
 
@@ -505,6 +507,25 @@ def _support_edge(M, u, n, sign):
     return c[i], e[i], hl[i]
 
 
+def _mirror_contact(c, u, l, t0, M, size):
+    """The mirror point of the edge (c, u, l) in the shadow of the polytope M, after one alternation: its signed
+    distance to M, M's outward normal there and the point on the edge (`_boxes._mirror_contact` for a box).
+
+    The shadow is M's projection onto the edge's line, clamped to the edge; the mirror is the point t0 (the closest
+    point's parameter) reflected about its middle. An edge lying along M (nearly parallel to an edge or a face of
+    it) touches along a segment, and the closest point is one end of it and the mirror the other; an edge crossing
+    M has a short shadow and its mirror near the closest point."""
+    along = M["V"] @ u - c @ u
+    lo, hi = jnp.clip(jnp.min(along), -l, l), jnp.clip(jnp.max(along), -l, l)
+    P = c + jnp.clip(lo + hi - t0, -l, l) * u
+    g, n_out = _point_mesh(P, M, size)
+    # At the end of the shadow M's nearest point is a vertex and the normal leans along the edge; the edge's point
+    # nearest that surface point gives the normal across the edge.
+    P = c + jnp.clip(u @ (P - g * n_out - c), -l, l) * u
+    g, n_out = _point_mesh(P, M, size)
+    return g, n_out, P
+
+
 def _polytopes(A, B, dim, count):
     """SAT, manifold and exact distance of two polytopes (world arrays): gap (c,), normal (c, 3), point (c, 3)."""
     if dim != 3:
@@ -532,15 +553,27 @@ def _polytopes(A, B, dim, count):
     cb, ub, lb = _support_edge(B, B["U"][ke % Eb], n_e, -1.0)
     s, t = _segment_params(ca, ua, la, cb, ub, lb)
     xa, xb = ca + s * ua, cb + t * ub
-    # An edge-edge axis keeps the edge contact in slot 0 and the face manifold's points from 2 on (its deepest
-    # lies by the edge contact): a polytope pivoting on an edge turns face to face within a step, and those
-    # points are the ones about to touch (with the edge contact alone a hull rocking on a box's edge sank
-    # 1.9 mm in a step). A point of one polytope inside the other is never deeper than the penetration depth
-    # (the edge axis' overlap), which bounds their depths.
-    gap_fe = jnp.maximum(gap_f[1:], sep_e[ke])
-    gap = jnp.where(on_edge, jnp.concatenate([((xb - xa) @ n_e)[None], gap_fe]), gap_f)
-    n = jnp.where(on_edge, jnp.concatenate([n_e[None], n_f[1:]]), n_f)
-    x = jnp.where(on_edge, jnp.concatenate([(0.5 * (xa + xb))[None], x_f[1:]]), x_f)
+    # Beside the closest points, the mirror point of each edge in the other polytope's shadow, at its signed
+    # distance to it: nearly parallel edges, or an edge resting along a face's edge, touch along a segment and
+    # get both its ends (with the closest points alone the polytope pivots about one point and sinks at the other).
+    gb, nb, Pb = _mirror_contact(cb, ub, lb, t, A, size)
+    ga, na, Pa = _mirror_contact(ca, ua, la, s, B, size)
+    gap_e = jnp.stack([(xb - xa) @ n_e, gb, ga])
+    n_ee = jnp.stack([n_e, nb, -na])
+    x_e = jnp.stack([0.5 * (xa + xb), Pb - 0.5 * gb * nb, Pa - 0.5 * ga * na])
+    # An edge-edge axis keeps those 3 points and the face manifold's points from 2 on (its deepest lies by the edge
+    # contact): a polytope pivoting on an edge turns face to face within a step, and those points are the ones
+    # about to touch (with the edge contact alone a hull rocking on a box's edge sank 1.9 mm in a step). A point of
+    # one polytope inside the other is never deeper than the penetration depth (the edge axis' overlap), which
+    # bounds their depths. A mirror point that repeats the closest one (an edge crossing the other's middle) is
+    # raised out of reach (`_spare`).
+    keep = count - 3
+    gap_fe = jnp.maximum(gap_f[1 : 1 + keep], sep_e[ke])
+    x_edge = jnp.concatenate([x_e, x_f[1 : 1 + keep]])
+    gap_edge = _spare(jnp.concatenate([gap_e, gap_fe]), x_edge, _TIE * size, size)
+    gap = jnp.where(on_edge, gap_edge, gap_f)
+    n = jnp.where(on_edge, jnp.concatenate([n_ee, n_f[1 : 1 + keep]]), n_f)
+    x = jnp.where(on_edge, x_edge, x_f)
     separated = jnp.maximum(jnp.maximum(jnp.max(sep_a), jnp.max(sep_b)), jnp.max(sep_e)) > 0
     dist, wa, wb, n_star = _mesh_distance(A, B, size)
     return _with_exact(gap, n, x, separated, dist, n_star, 0.5 * (wa + wb), size)[:3]
