@@ -71,7 +71,7 @@ def test_all_pairs_four_balls_with_three_slots_is_the_paper_scene():
     assert slots(traj.q[-1]) == [("ball0", "ball1"), ("ball1", "ball2"), ("ball2", "ball3")]
 
 
-@pytest.mark.slow
+@pytest.mark.long  # the pile's gradient through the broad phase (slow set) runs the same scene
 def test_pile_with_slots_equals_all_pairs_on_contact_sweeps():
     full, scene = _pile(None), _pile(24)
     nc_full, nc = full.system.ncontacts(full.state.q), scene.system.ncontacts(scene.state.q)

@@ -141,7 +141,7 @@ def test_the_sliding_block_factory_is_differentiable_at_rest():
     np.testing.assert_allclose(x_end(jnp.zeros(2)), [0.1, -0.2], rtol=0, atol=1e-12)  # at rest it stays
 
 
-@pytest.mark.slow
+@pytest.mark.long  # the command's fits of friction and a start velocity (test_cli_fit.py) stay slow
 def test_fit_command_recovers_restitution(ball_csv, tmp_path):
     """The ball shortcut with its defaults (start height fitted, located bounce) on exact rigid bounces."""
     path, _ = ball_csv

@@ -233,7 +233,7 @@ def test_a_missing_keyframe_and_keyframe_without_a_model_file_are_named(thrown, 
     assert "--keyframe" in err and "model file" in err
 
 
-@pytest.mark.slow
+@pytest.mark.long  # about 2 minutes; the command's fits of a model file's friction and start velocity stay slow
 def test_fit_honours_the_keyframe_and_a_fit_the_data_do_not_determine_exits_non_zero(thrown, tmp_path, capsys):
     """From the key "thrown" mu is recovered; from the file's qpos0 (at rest) the box never moves, the loss's
     gradient is exactly zero, and the command says so and exits 1 (fit.json records the reasons)."""

@@ -147,7 +147,7 @@ def test_the_hopper_torso_reaches_a_target_through_contact_within_one_second():
     assert float(jnp.min(traj.q[:, 1])) > 0.7  # the torso's height (rootz) stays in Gymnasium's healthy range
 
 
-@pytest.mark.slow
+@pytest.mark.long  # about 2 minutes; the hopper's torso target (slow set) differentiates through contact too
 def test_the_thigh_on_its_stop_gets_a_smoothed_gradient_where_the_exact_one_is_zero():
     push = jnp.zeros((THIGH_STEPS, 3)).at[:, 0].set(THIGH_PUSH)
 

@@ -549,7 +549,7 @@ def test_mesh_rests_on_a_plane_and_on_a_box_without_creep():
     assert moved <= CREEP
 
 
-@pytest.mark.slow
+@pytest.mark.long  # the gap's derivatives in the vertices are checked against central differences by default
 def test_a_rollout_differentiates_in_the_mesh_vertices():
     """A ball resting off-centre on the top face of a static slab given as a mesh (sphere-mesh), and a
     tetrahedron resting on a face on the floor (plane-mesh), 0.3 s at h = 0.01 under gravity tilted off the

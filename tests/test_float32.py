@@ -112,7 +112,7 @@ def test_the_hopper_in_float32_converges_by_newton_and_follows_float64():
 
 
 @pytest.mark.slow
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(xml=_trees(driven=True), seed=st.integers(0, 2**31 - 1))
 def test_generated_driven_trees_run_in_float32(xml, seed):
     """Generated trees (limited, damped, driven joints; `test_tree._trees`) cast to float32, 100 steps of 0.01 s

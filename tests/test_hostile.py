@@ -33,10 +33,11 @@ values. Four profiles:
 
 - default run: FAST_EXAMPLES scenes for each scheme of FAST_STRUCTURES, of its small
   structure there, derandomized, without gradients: two compiles, under a minute;
-- slow set (`pytest -m slow`, in CI): MIXED_EXAMPLES scenes per scheme of
-  MIXED_STRUCTURES (4 bodies of every kind, two of them stacked), with gradients for
-  MIXED_GRADIENTS (a gradient program compiles in twice the time of a rollout): about
-  four minutes of one core; and as many of MESH_STRUCTURES (a hull on a box);
+- slow set (`pytest -m slow`, in CI): MIXED_EXAMPLES scenes per scheme of MIXED_SCHEMES
+  from MIXED_STRUCTURES (4 bodies of every kind, two of them stacked), with gradients for
+  MIXED_GRADIENTS (a gradient program compiles in twice the time of a rollout), and as
+  many of MESH_STRUCTURES (a hull on a box) for MESH_SCHEMES: about five minutes of one
+  core; the other schemes of these two profiles run with the long set;
 - `pytest -m long` (out of CI for its time): SLOW_EXAMPLES scenes per scheme of
   SLOW_SCHEMES from every structure, with gradients: about 16 minutes of one core per
   scheme (972 s for Anitescu-Potra);
@@ -136,6 +137,15 @@ SCHEMES = {
     "stewart_trinkle": dict(scheme=rbd.StewartTrinkle(), impact=None),
 }
 DISSIPATIVE = ("anitescu_potra", "poisson")
+# The schemes of the slow set's mixed and mesh profiles; the others' run with the long set.
+MIXED_SCHEMES = ("anitescu_potra", "poisson")  # Stewart-Trinkle's small structure runs by default
+MESH_SCHEMES = ("anitescu_potra",)
+
+
+def _profile(scheme, slow):
+    return pytest.param(scheme, marks=pytest.mark.slow if scheme in slow else pytest.mark.long)
+
+
 # The long profile's schemes: each takes about 16 minutes of one core (eight structures' gradient programs).
 SLOW_SCHEMES = ("anitescu_potra", "poisson", "stewart_trinkle")
 
@@ -598,8 +608,7 @@ def test_hostile_scenes(scheme, data):
     run_and_check(d, scheme, gradient=False)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("scheme", SCHEMES)
+@pytest.mark.parametrize("scheme", [_profile(s, MIXED_SCHEMES) for s in SCHEMES])
 @settings(FAST, max_examples=MIXED_EXAMPLES)
 @given(d=scenes(MIXED_STRUCTURES))
 def test_hostile_mixed_scenes(scheme, d):
@@ -607,8 +616,7 @@ def test_hostile_mixed_scenes(scheme, d):
     run_and_check(d, scheme, gradient=scheme in MIXED_GRADIENTS)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("scheme", SCHEMES)
+@pytest.mark.parametrize("scheme", [_profile(s, MESH_SCHEMES) for s in SCHEMES])
 @settings(FAST, max_examples=MIXED_EXAMPLES)
 @given(d=scenes(MESH_STRUCTURES))
 def test_hostile_mesh_scenes(scheme, d):

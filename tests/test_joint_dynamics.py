@@ -106,7 +106,7 @@ def test_any_spring_damper_and_armature_keep_the_exact_discrete_oscillator(stiff
     np.testing.assert_allclose(np.asarray(angle), exact, rtol=0, atol=1e-9)
 
 
-@pytest.mark.slow  # the gradient compiles the rollout's adjoint
+@pytest.mark.long  # the gradient compiles the rollout's adjoint; the exact damped oscillators run by default
 def test_a_stiff_damper_on_a_light_body_stays_stable_and_gradients_match_finite_differences():
     _, run = _oscillator()
     # h C / I = 12.5: an explicit damper would reverse and grow the spin every step; the implicit one slows it.

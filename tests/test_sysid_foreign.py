@@ -111,14 +111,11 @@ def test_mu_of_a_box_that_mujoco_slid_to_rest(mu):
 def _ball_heights(e, z0, vz0, observations, substeps):
     """The ball's height at each observation (240 Hz), `substeps` located Newton steps per observation."""
     scene = rbd.scenes.bouncing_ball(e, height=z0 - 0.1, radius=0.1, velocity=jnp.stack([0.0, 0.0, vz0]))
-    traj = rbd.simulate(
-        *scene, dt=1 / 240 / substeps, steps=observations * substeps, impact=rbd.Newton(locate=True)
-    )
+    traj = rbd.simulate(*scene, dt=1 / 240 / substeps, steps=observations * substeps, impact=rbd.Newton(locate=True))
     return traj.q[::substeps, 2:3]
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("e", [0.3, 0.8])
+@pytest.mark.parametrize("e", [pytest.param(0.3, marks=pytest.mark.slow), pytest.param(0.8, marks=pytest.mark.long)])
 def test_e_of_a_ball_that_mujoco_bounced(e):
     """Fitted with the start height and speed, 4 located steps per observation: within 2% of the e MuJoCo was
     given, the 95% interval holding the e its trajectory shows (the rigid model closest to it); on the clean

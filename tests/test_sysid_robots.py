@@ -253,7 +253,7 @@ def test_start_rows_read_the_first_rows_and_segments_cut_the_logs(named):
     assert {k: start[k] for k in TRUTH} == named.values
 
 
-@pytest.mark.slow
+@pytest.mark.long  # the arm's joint parameters and link mass (slow set) come back from the same logs
 def test_the_start_state_is_fitted_from_the_logs_rows_and_long_logs_in_segments(named):
     """Three MuJoCo logs from start states the fit is not told (angles and speeds of 0.5-1.2 rad/s): with
     start='fit' the start of each log is fitted beside the parameters from its first rows' estimate, whose

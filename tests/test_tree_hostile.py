@@ -33,7 +33,7 @@ def test_generated_actuators_apply_mujocos_forces(xml, seed):
 
 
 @pytest.mark.slow
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(xml=_trees(driven=True), seed=st.integers(0, 2**31 - 1))
 def test_generated_driven_trees_step_converged_within_their_stops_with_finite_gradients(xml, seed):
     """100 steps of 0.01 s from qpos0, random controls pushing the joints onto their stops: every step

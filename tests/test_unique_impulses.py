@@ -175,8 +175,13 @@ def test_a_compliant_split_gives_a_sliding_spinning_cube_one_velocity():
         assert float(jnp.max(jnp.abs(problem.velocity(sol.z) - problem.velocity(cold.z)))) <= 1e-8 * speed
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("throw", [((1.46, -0.23, 0.0), (0.0, 0.0, -9.18)), ((0.52, 0.31, 0.0), (0.0, 0.0, 8.26))])
+@pytest.mark.parametrize(
+    "throw",
+    [
+        pytest.param(((1.46, -0.23, 0.0), (0.0, 0.0, -9.18)), marks=pytest.mark.slow),
+        pytest.param(((0.52, 0.31, 0.0), (0.0, 0.0, 8.26)), marks=pytest.mark.long),
+    ],
+)
 def test_the_gradient_of_a_spinning_toss_with_a_compliant_split_matches_central_differences(throw):
     """d(final pose)/d(mu) of a cube thrown sliding and spinning onto a table (50 steps) equals central differences
     to 1e-6 under the compliant split (`benchmarks/toss_gradients.py`, throws 0 and 1). With the rigid rows the
