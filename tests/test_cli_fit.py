@@ -253,7 +253,7 @@ def test_fit_honours_the_keyframe_and_a_fit_the_data_do_not_determine_exits_non_
     assert json.loads((tmp_path / "rest" / "fit.json").read_text())["failed"]
 
 
-@pytest.mark.slow
+@pytest.mark.long  # the friction fit of a model file runs in the slow set
 def test_fit_the_start_velocity_of_a_model_file(thrown, tmp_path):
     """--fit mu,v0 from the key "slower" (1.8 m/s): the throw's 2 m/s and mu are both recovered."""
     model, data = thrown

@@ -171,7 +171,7 @@ def test_hull_faces_edges_and_mass_properties():
         assert np.all(d["vertices"] @ n.T - off <= 1e-12)
 
 
-@pytest.mark.slow
+@pytest.mark.long  # a padded mesh's contacts are checked in the slow set
 def test_builder_pads_meshes_of_different_sizes():
     """Meshes of 4, 10 and 14 vertices in one scene (padded to common counts): each pair's gaps equal the
     pair function's on the unpadded arrays, with and without a broad phase (1 slot: the nearest pair)."""

@@ -286,7 +286,7 @@ def _solve_structured(probs):
     return jax.vmap(lambda p: solve(p.lcp))(probs), jax.vmap(lambda p: solve(p.lcp, solver=rbd.Lemke()))(probs)
 
 
-@pytest.mark.slow
+@pytest.mark.long  # the structure's solves and gradients run in the default set
 def test_random_friction_lcps_solved_through_the_structure():
     """100 random friction LCPs (the issue-2 distribution), solved from their `FrictionLCP`: residual <= 1e-8, impulse = Lemke's.
 

@@ -202,7 +202,7 @@ def _ball_pendulum_centres(xml, steps):
     return np.asarray(traj.q)[:, :3], _mujoco_positions(xml, steps)[:, 0]
 
 
-@pytest.mark.slow  # MuJoCo beside two rollouts of their own
+@pytest.mark.long  # a ball joint's damper and armature decay a spin exactly in the default set
 def test_mjcf_ball_joint_damping_and_armature_move_like_mujoco():
     """A capsule hanging from a ball joint with damping 0.3 and armature 0.02, spun at (3, -4, 2) rad/s, beside
     MuJoCo's Euler over 0.5 s: the damper and armature move MuJoCo's link by 7 cm (against the same file

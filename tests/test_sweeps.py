@@ -247,7 +247,7 @@ def _final_x(mu, v0, solver):
     return traj.q[-1, 0]
 
 
-@pytest.mark.slow
+@pytest.mark.long  # ContactSweeps' exact derivative against central differences runs in the slow set in test_gradients.py (the ball on a tilting floor)
 def test_gradients_match_central_differences():
     """d x / d mu and d x / d v0 of a cube sliding up the incline (it stops after 0.24 s; we run 0.2 s)."""
     solver = rbd.ContactSweeps()

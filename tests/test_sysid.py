@@ -198,7 +198,7 @@ SHARDED = textwrap.dedent(
 )
 
 
-@pytest.mark.slow
+@pytest.mark.long  # test_multihost.py shards a sweep over two processes in the slow set
 def test_sweep_sharded_over_four_devices():
     """With --xla_force_host_platform_device_count=4 the sweep runs on 4 devices and agrees with vmap."""
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")

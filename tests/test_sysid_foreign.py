@@ -115,7 +115,8 @@ def _ball_heights(e, z0, vz0, observations, substeps):
     return traj.q[::substeps, 2:3]
 
 
-@pytest.mark.parametrize("e", [pytest.param(0.3, marks=pytest.mark.slow), pytest.param(0.8, marks=pytest.mark.long)])
+# Long: notebooks/08_foreign_data.ipynb fits a ball that MuJoCo bounced in the slow set.
+@pytest.mark.parametrize("e", [pytest.param(0.3, marks=pytest.mark.long), pytest.param(0.8, marks=pytest.mark.long)])
 def test_e_of_a_ball_that_mujoco_bounced(e):
     """Fitted with the start height and speed, 4 located steps per observation: within 2% of the e MuJoCo was
     given, the 95% interval holding the e its trajectory shows (the rigid model closest to it); on the clean

@@ -159,7 +159,7 @@ def block_data():
     return states[:, :1], states
 
 
-@pytest.mark.slow
+@pytest.mark.long  # the shooting Jacobian against central differences runs in the slow set
 def test_multiple_shooting_fits_the_friction_of_a_block_through_the_simulator(block_data):
     """mu = 0.3 from 0.15, the nodes' speeds guessed from differences of the observed positions: mu within 1e-6,
     the fitted nodes the block's states (1.5 m/s at the start), the defects below 1e-8.

@@ -251,7 +251,7 @@ def _cube(p, inputs):
     return rbd.simulate(*scene, dt=DT, steps=STEPS).q[:, :2]
 
 
-@pytest.mark.slow
+@pytest.mark.long  # the ten throws' interval (test_ten_throws_interval_shrinks_as_one_over_sqrt_n) is in the slow set
 def test_ten_throws_of_a_cube_in_three_dimensions():
     """Ten throws of one cube in ten directions, fitted together: mu within 1% and the width times sqrt(n)
     constant (the band and its reason as for the planar throws).

@@ -101,7 +101,7 @@ def balls(mu):
     return rbd.scenes.four_balls(mu, cone=EllipticCone())
 
 
-@pytest.mark.slow
+@pytest.mark.long  # the violation loss, its fit and its gradient against central differences run in the default set
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_four_balls_violation_loss_recovers_mu_with_exact_gradients():
     """Three dimensions, several contacts: the loss is zero at the truth, its gradient equals central differences,
