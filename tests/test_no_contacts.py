@@ -163,7 +163,7 @@ def _mjcf_error(dt, steps):
     return float(np.abs(ours - _mujoco_positions(DOUBLE_PENDULUM, steps, dt)).max())
 
 
-@pytest.mark.slow
+@pytest.mark.long  # test_mjcf.py's pendulum beside MuJoCo is in the slow set
 def test_an_mjcf_double_pendulum_whose_geoms_never_collide_follows_mujoco_at_first_order():
     """Within 1 cm of MuJoCo over 0.5 s at MuJoCo's own step; both integrators are first order, so at a quarter of
     the step the two trajectories are closer by about 4."""

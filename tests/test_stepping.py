@@ -149,7 +149,7 @@ def test_vmap_over_mu_matches_loop():
     _check_vmap_over_mu_matches_loop(jnp.linspace(0.05, 1.5, 8), dt=0.005, steps=120)
 
 
-@pytest.mark.slow
+@pytest.mark.long  # test_sysid.py's 4,096-rod sweep against a loop is in the slow set
 def test_vmap_over_256_mu_matches_loop():
     _check_vmap_over_mu_matches_loop(jnp.linspace(0.0, 2.0, 256), dt=0.0025, steps=240)
 

@@ -56,7 +56,7 @@ def _rod(mu, omega0):
     return rbd.simulate(*scene, dt=0.005, steps=160).q
 
 
-@pytest.mark.slow
+@pytest.mark.long  # the sliding block's, the ball's and the spinning sphere's fits are in the slow set
 def test_fit_falling_rod_mu_and_spin_jointly():
     """mu and the initial angular velocity of the falling rod, together, within 2%."""
     observed = _noisy(_rod(0.6, 4.0), seed=1)

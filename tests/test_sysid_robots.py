@@ -318,7 +318,7 @@ def test_a_bodys_moments_of_inertia_are_named_as_mujocos_fullinertia():
     assert float(system.params.mass[i]) == 1.0
 
 
-@pytest.mark.slow
+@pytest.mark.long  # the arm's joint parameters and link mass from MuJoCo logs are in the slow set
 def test_a_links_moment_of_inertia_is_fitted_beside_its_mass(named):
     """Synthetic logs of the true arm with link2's iyy raised by half: the fit of link2.iyy and link2.mass from
     a wrong start finds both within 2%, inside their intervals (the arm swings about y: iyy is the moment that
