@@ -20,7 +20,6 @@ The table's rows at a smaller step show what is left of the bias when that error
 """
 
 import argparse
-import math
 import warnings
 
 import jax
@@ -39,29 +38,16 @@ def mujoco_toss(mu, velocity, spin, duration, cone, timestep=1e-3):
     """MuJoCo's x, y and yaw of the throw every OBSERVE seconds, (n + 1, 3)."""
     import mujoco
 
-    xml = f"""
-<mujoco>
-  <option timestep="{timestep!r}" cone="{cone}"/>
-  <worldbody>
-    <geom type="plane" size="0 0 1" friction="{mu!r} 0 0"/>
-    <body pos="0 0 {HALF!r}">
-      <freejoint/>
-      <geom type="box" size="{HALF!r} {HALF!r} {HALF!r}" mass="{MASS!r}" friction="{mu!r} 0 0"/>
-    </body>
-  </worldbody>
-</mujoco>"""
-    model = mujoco.MjModel.from_xml_string(xml)
+    model = mujoco.MjModel.from_xml_string(rbd.foreign._box_on_plane_xml(mu, (HALF,) * 3, MASS, timestep, cone=cone))
     data = mujoco.MjData(model)
     data.qvel[:] = [velocity[0], velocity[1], 0.0, 0.0, 0.0, spin]
-    substeps = round(OBSERVE / timestep)
-    rows = []
+    q = []
     for _ in range(round(duration / OBSERVE) + 1):
-        w, x, y, z = data.qpos[3:7]
-        rows.append([data.qpos[0], data.qpos[1], math.atan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z))])
-        mujoco.mj_step(model, data, nstep=substeps)
-    out = np.array(rows)
-    out[:, 2] = np.unwrap(out[:, 2])
-    return out
+        q.append(data.qpos.copy())
+        mujoco.mj_step(model, data, nstep=round(OBSERVE / timestep))
+    q = np.array(q)
+    w, x, y, z = q[:, 3:7].T
+    return np.stack([q[:, 0], q[:, 1], np.unwrap(np.arctan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z)))], axis=1)
 
 
 def observed_pose(q):

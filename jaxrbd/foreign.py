@@ -113,6 +113,22 @@ def _run(xml, qvel, steps, substeps, columns):
     return np.array(q), np.array(v), f"MuJoCo {mujoco.__version__}"
 
 
+def _box_on_plane_xml(mu, half_extents, mass, timestep, gravity=9.81, cone="elliptic"):
+    """MuJoCo's model of a box (free joint) resting flat on a plane, both geoms with friction mu."""
+    hx, hy, hz = (float(h) for h in half_extents)
+    return f"""
+<mujoco>
+  <option timestep="{float(timestep)!r}" gravity="0 0 {-gravity!r}" cone="{cone}"/>
+  <worldbody>
+    <geom type="plane" size="0 0 1" friction="{mu!r} 0 0"/>
+    <body pos="0 0 {hz!r}">
+      <freejoint/>
+      <geom type="box" size="{hx!r} {hy!r} {hz!r}" mass="{mass!r}" friction="{mu!r} 0 0"/>
+    </body>
+  </worldbody>
+</mujoco>"""
+
+
 def mujoco_sliding_box(
     mu=0.35,
     speed=1.5,
@@ -153,17 +169,7 @@ def mujoco_sliding_box(
     if cone not in ("elliptic", "pyramidal"):
         raise ValueError(f"cone must be 'elliptic' or 'pyramidal', got {cone!r}")
     hx, hy, hz = (float(h) for h in half_extents)
-    xml = f"""
-<mujoco>
-  <option timestep="{1.0 / (rate * substeps)!r}" gravity="0 0 {-gravity!r}" cone="{cone}"/>
-  <worldbody>
-    <geom type="plane" size="0 0 1" friction="{mu!r} 0 0"/>
-    <body pos="0 0 {hz!r}">
-      <freejoint/>
-      <geom type="box" size="{hx!r} {hy!r} {hz!r}" mass="{mass!r}" friction="{mu!r} 0 0"/>
-    </body>
-  </worldbody>
-</mujoco>"""
+    xml = _box_on_plane_xml(mu, (hx, hy, hz), mass, 1.0 / (rate * substeps), gravity, cone)
     steps = round(duration * rate)
     qvel = np.zeros(6)
     qvel[:2] = speed * math.cos(heading), speed * math.sin(heading)
