@@ -5,7 +5,6 @@ is decided once, in `_implicit.py`.
 """
 
 import abc
-import dataclasses
 import math
 import numbers
 
@@ -15,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from .._lanes import every_lane
 from .._problems import LCP, natural_residual
 from ._lemke import lemke_mixed
 from ._newton import newton_solve, problem_scale, row_scale
@@ -207,28 +207,38 @@ class Lemke(Solver):
         # other way), pivot again on the row-scaled problem, then on the unscaled
         # one, and keep the best: each ordering of the pivots has cases that only it
         # solves to 1e-10. A lane already solved hands the later runs the trivial
-        # problem (A = I, b = 1), so they cost nothing for it.
-        ones = jnp.ones_like(s)
-        n = problem.size
-        raw = _pivots(problem, jnp.sqrt(s), jnp.sqrt(s), max_pivots)
-        residual = _residual(problem, raw.z)
-        for left in (s, ones):
-            retry = ~(residual <= tol)
+        # problem (A = I, b = 1), so they cost nothing for it. The three orderings are the
+        # rounds of one `lax.while_loop`, so the pivoting is compiled once.
+        n, ones = problem.size, jnp.ones_like(s)
+        lefts, rights = jnp.stack([jnp.sqrt(s), s, ones]), jnp.stack([jnp.sqrt(s), ones, ones])
+
+        def going(c):
+            k, _, residual = c
+            return (k == 0) | ((k < 3) & ~(residual <= tol))
+
+        def ordering(c):
+            k, raw, residual = c
+            retry = (k == 0) | ~(residual <= tol)
             masked = LCP(
                 jnp.where(retry, problem.A, jnp.eye(n, dtype=problem.A.dtype)),
                 jnp.where(retry, problem.b, jnp.ones((n,), problem.b.dtype)),
                 problem.n_free,
             )
-            again = _pivots(masked, left, ones, max_pivots)
+            again = _pivots(masked, lefts[k], rights[k], max_pivots)
             again_residual = _residual(problem, again.z)
-            better = retry & (again_residual < residual)
+            better = retry & ((k == 0) | (again_residual < residual))
             raw = RawSolution(
                 jnp.where(better, again.z, raw.z),
-                jnp.where(better, again.status, raw.status),
-                raw.iterations + jnp.where(retry, again.iterations, 0),
+                jnp.where(better, again.status, raw.status).astype(raw.status.dtype),
+                raw.iterations + jnp.where(retry, again.iterations, 0).astype(raw.iterations.dtype),
                 raw.fallback,
             )
-            residual = jnp.where(better, again_residual, residual)
+            return k + 1, raw, jnp.where(better, again_residual, residual)
+
+        nothing = RawSolution(
+            jnp.zeros((n,), s.dtype), jnp.array(int(Status.MAX_STEPS)), jnp.array(0), jnp.array(False)
+        )
+        _, raw, residual = lax.while_loop(going, ordering, (jnp.array(0), nothing, jnp.array(jnp.inf, s.dtype)))
         z, status, pivots = raw.z, raw.status, raw.iterations
         if self.polish_iterations:
             polished = newton_solve(
@@ -318,47 +328,24 @@ class SemismoothNewton(Solver):
         )
 
     def run(self, problem, z0):
-        n = problem.size
-        cold = jnp.zeros((n,), z0.dtype)
-        s = problem_scale(problem, cold)
         options = self._newton_options(z0.dtype, self.iterations)
-        tol = options["tol"]
-        warm = newton_solve(problem, z0, s, **options)
-        iterations = warm.iterations
-        failed = ~(warm.residual <= tol)
-        fallback = self.fallback and isinstance(problem, LCP)
-
-        def recover(_):
-            restart = newton_solve(problem, cold, s, run=failed, **options)
-            better = failed & (restart.residual < jnp.where(jnp.isnan(warm.residual), jnp.inf, warm.residual))
-            z = jnp.where(better, restart.z, warm.z)
-            still = failed & ~(restart.residual <= tol)
-            status = jnp.where(still, Status.MAX_STEPS, Status.SUCCESS)
-            if not fallback:
-                return RawSolution(z, status, iterations + restart.iterations, jnp.array(False))
-            return _lemke_fallback(problem, RawSolution(z, status, iterations + restart.iterations, still), options)
-
-        done = RawSolution(warm.z, jnp.where(failed, Status.MAX_STEPS, Status.SUCCESS), iterations, jnp.array(False))
-        # A real branch for one problem; under `vmap` both run, and the loops of
-        # `recover` make no step for the converged lanes.
-        return lax.cond(jnp.any(failed), recover, lambda _: done, None)
+        return _newton_starts(problem, z0, options, lemke=self.fallback and isinstance(problem, LCP))
 
     def run_lanes(self, lanes):
-        """The batch: `lane_iterations` Newton steps on every lane, the open lanes on their own, then Lemke.
+        """The batch: `lane_iterations` Newton steps on every lane, then the open lanes on their own.
 
         Every lane starts from its warm start with at most `lane_iterations` steps
         (a batched loop that ends when every lane converged or reached the bound).
-        The lanes that did not converge go on, `lane_chunk` at a time, with Newton
-        from where they stopped and the cold restart, in a loop that makes no trip
-        when every lane converged: the batch does not wait for its slowest lane at
-        every Newton step. A batch larger than `lane_block` does this block by block:
-        each block waits only for its own slowest lane, and its matrices stay in
-        cache. The lanes still unsolved then go to Lemke, `lane_chunk` at a time, in a
-        loop that makes no trip when there are none. A pass of Lemke over the whole
-        batch pivots every lane's tableau: Gymnasium's humanoid (418 rows) at 64
-        lanes over its landing (0.2 s, 4 lane-steps on Lemke) ran 124 env-steps/s
-        and 431 with the failed lanes alone, `cube_toss` at 512 lanes (float64,
-        100 steps) 1,015 and 5,848.
+        The lanes that did not converge go on, `lane_chunk` at a time, through `run`
+        (Newton from where they stopped, the cold restart, Lemke), in a loop that
+        makes no trip when every lane converged: the batch does not wait for its
+        slowest lane at every Newton step. A batch larger than `lane_block` does this
+        block by block: each block waits only for its own slowest lane, and its
+        matrices stay in cache. Lemke pivots only where a lane of the open chunk
+        needs it: a pass of Lemke over the whole batch pivots every lane's tableau:
+        Gymnasium's humanoid (418 rows) at 64 lanes over its landing (0.2 s, 4
+        lane-steps on Lemke) ran 124 env-steps/s and 431 with the failed lanes
+        alone, `cube_toss` at 512 lanes (float64, 100 steps) 1,015 and 5,848.
 
         The defaults come from the benchmark batches (float32, 20 steps in contact,
         512 lanes): 85% of the four balls' lane-steps took at most 6 iterations (most
@@ -369,34 +356,19 @@ class SemismoothNewton(Solver):
         env-steps/s, blocks of 64 and 2 together 4,921; the incline 38,662 and 37,836.
         """
         if lanes.size > self.lane_block:
-            raw = lanes.blocks(self.lane_block, self._newton_lanes)
-        else:
-            raw = self._newton_lanes(lanes)
-        problem = eqx.combine(lanes.dynamic, lanes.static)[0]
-        if not (self.fallback and isinstance(problem, LCP)):
-            return raw
-        failed = raw.status != Status.SUCCESS
-        options = self._newton_options(raw.z.dtype, self.iterations)
+            return lanes.blocks(self.lane_block, self._block)
+        return self._block(lanes)
 
-        def lemke(sub, idx):
-            def one(problem, _, z, iterations, failed):
-                return _lemke_fallback(problem, RawSolution(z, Status.MAX_STEPS, iterations, failed), options)
-
-            return sub.map(one, raw.z[idx], raw.iterations[idx], failed[idx])  # a closed spare: no pivot
-
-        return _each_open(lanes, failed, self.lane_chunk, lemke, raw)
-
-    def _newton_lanes(self, lanes):
-        """`run_lanes` without Lemke: the first steps on every lane, then the open lanes `lane_chunk` at a time."""
+    def _block(self, lanes):
+        """`run_lanes` on one block: the first steps on every lane, then `run` on the open lanes, `lane_chunk` at a time."""
         options = self._newton_options(lanes.dynamic[1].dtype, min(self.lane_iterations, self.iterations))
         tol = options["tol"]
-        newton = dataclasses.replace(self, fallback=False)
         first = lambda problem, z0: newton_solve(problem, z0, problem_scale(problem, z0), hand_over=False, **options)
         warm = lanes.map(first)
         open_ = warm.capped | ~(warm.residual <= tol)
 
         def more(sub, idx):
-            out = sub.map(lambda problem, _, z: newton.run(problem, z), warm.z[idx])
+            out = sub.map(lambda problem, _, z: self.run(problem, z), warm.z[idx])
             return RawSolution(out.z, out.status, warm.iterations[idx] + out.iterations, out.fallback)
 
         status = jnp.full((lanes.size,), Status.SUCCESS, jnp.int32)
@@ -429,34 +401,78 @@ def _each_open(lanes, open_, chunk, solve, raw):
     return lax.while_loop(lambda c: c[0] * chunk < count, body, (jnp.array(0), raw))[1]
 
 
-def _lemke_fallback(problem, raw, newton_options):
-    """Lemke for a lane whose Newton runs failed (`raw.fallback`), then Newton again where Lemke failed too.
+# The starts of `SemismoothNewton`'s Newton runs, in the order it tries them.
+WARM, COLD, LEMKE = 0, 1, 2
 
-    A converged lane hands Lemke the trivial problem (A = I, b = 1), solved before
-    the first pivot, so under `vmap` the batched while loop runs only as long as
-    the slowest failed lane needs. Lemke runs on the closing contacts first where
-    it fails on a friction LCP (`_lemke_near_first`). A lane that Lemke leaves
-    unsolved as well (its tableau's round-off on a badly scaled problem: a 1 g box
-    beside a 32 kg one, condition number 3e23, ended on a secondary ray scaled or
-    not) goes on with Newton from the best point found, for as many steps again
-    (`newton_options`): that problem took 55 steps, two starts of 30 stopping
-    short. The loop makes no step for the other lanes.
+
+def _finite(residual):
+    """A NaN residual as inf, so that any finite one compares better."""
+    return jnp.where(jnp.isnan(residual), jnp.inf, residual)
+
+
+def _newton_starts(problem, z0, options, *, lemke):
+    """Newton (`newton_solve` with `options`) from each start in turn until converged: WARM, COLD, LEMKE.
+
+    The starts: WARM, z0; COLD, z = 0; LEMKE (if `lemke`), `Lemke`'s solution (on a friction
+    LCP that it fails on whole, on the closing contacts first: `_lemke_near_first`) where it
+    lowers the residual. Each run is kept where it lowers the residual of the best point so
+    far. A lane that Lemke leaves unsolved as well (its tableau's round-off on a badly scaled
+    problem: a 1 g box beside a 32 kg one, condition number 3e23, ended on a secondary ray
+    scaled or not) goes on with Newton from the best point found, for as many steps again:
+    that problem took 55 steps, two starts of 30 stopping short.
+
+    The starts are the rounds of one `lax.while_loop` with one `newton_solve` in its body, so
+    the Newton iteration is compiled once for all of them. The loop makes no round once the
+    lane has converged (in the common case, after the warm start). Under `vmap` a converged
+    lane makes no step in a round, and Lemke pivots only in the rounds where some lane is at
+    its LEMKE start (`every_lane`); the other lanes hand it the trivial problem.
+
+    Returns:
+        A `RawSolution` whose `fallback` says whether Lemke ran.
     """
-    z, failed = raw.z, raw.fallback
-    tol = newton_options["tol"]
-    residual = _residual(problem, z)
-    lemke_z, lemke_status, lemke_pivots = _lemke_near_first(problem, failed, tol)
-    lemke_residual = _residual(problem, lemke_z)
-    better = failed & (lemke_residual < residual)
-    z = jnp.where(better, lemke_z, z)
-    residual = jnp.where(better, lemke_residual, residual)
-    still = failed & ~(residual <= tol)
-    more = newton_solve(problem, z, problem_scale(problem, z), run=still, **newton_options)
-    z = jnp.where(still & (more.residual < residual), more.z, z)
-    solved = still & (more.residual <= tol)
-    status = jnp.where(failed & ~solved, lemke_status, Status.SUCCESS)
-    iterations = raw.iterations + jnp.where(failed, lemke_pivots, 0) + jnp.where(still, more.iterations, 0)
-    return RawSolution(z, status, iterations, failed)
+    tol = options["tol"]
+    cold = jnp.zeros_like(z0)
+    s = problem_scale(problem, cold)
+    last = LEMKE if lemke else COLD
+
+    def going(c):
+        k, _, residual, *_ = c
+        return (k <= last) & ~(residual <= tol)
+
+    def pivot(z, residual, run):
+        lemke_z, status, pivots = _lemke_near_first(problem, run, tol)
+        lemke_residual = _finite(_residual(problem, lemke_z))
+        better = run & (lemke_residual < residual)
+        return jnp.where(better, lemke_z, z), jnp.where(better, lemke_residual, residual), status, pivots
+
+    def no_pivot(z, residual, run):
+        return z, residual, jnp.array(int(Status.MAX_STEPS)), jnp.array(0)
+
+    def body(c):
+        k, z, residual, status, iterations, lemke_ran = c
+        if lemke:
+            run = (k == LEMKE) & ~(residual <= tol)
+            z, residual, lemke_status, pivots = lax.cond(every_lane(~run), no_pivot, pivot, z, residual, run)
+            status = jnp.where(run, lemke_status, status).astype(status.dtype)
+            iterations = (iterations + jnp.where(run, pivots, 0)).astype(iterations.dtype)
+            lemke_ran = lemke_ran | run
+        start = jnp.where(k == WARM, z0, jnp.where(k == COLD, cold, z))
+        out = newton_solve(problem, start, s, run=~(residual <= tol), **options)
+        better = _finite(out.residual) < residual
+        return (
+            k + 1,
+            jnp.where(better, out.z, z),
+            jnp.where(better, _finite(out.residual), residual),
+            status,
+            (iterations + out.iterations).astype(iterations.dtype),
+            lemke_ran,
+        )
+
+    inf, failed = jnp.array(jnp.inf, z0.dtype), jnp.array(int(Status.MAX_STEPS))
+    start = (jnp.array(WARM), z0, inf, failed, jnp.array(0), jnp.array(False))
+    _, z, residual, status, iterations, lemke_ran = lax.while_loop(going, body, start)
+    status = jnp.where(residual <= tol, int(Status.SUCCESS), status)
+    return RawSolution(z, status, iterations, lemke_ran)
 
 
 NEAR_FIRST_ROUNDS = 3
