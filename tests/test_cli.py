@@ -129,6 +129,7 @@ def test_shortcut_options_are_checked_and_kept_to_their_scenes(ball_csv, tmp_pat
     assert "--start for sliding_block takes the position X,Y" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # the command line's shortcut checks stay in the default set
 def test_the_sliding_block_factory_is_differentiable_at_rest():
     """The shortcut sets the velocity on the state, not as a speed and heading: finite gradients from rest."""
     factory = sliding_block_factory(half_extents=(0.05, 0.1, 0.02), mass=2.0, gravity=5.0)

@@ -197,6 +197,7 @@ _velocity_gradients = jax.jit(
 )
 
 
+@pytest.mark.slow  # the Delassus derivatives against central differences stay in the default set
 def test_gradients_through_the_structure_equal_the_pseudo_inverse():
     """Gradients of the velocity after the step: the structured transposed solve equals the dense pseudo-inverse to 1e-8.
 

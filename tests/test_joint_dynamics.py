@@ -468,6 +468,7 @@ def _damped_sphere(damping, origin=(0.0, 0.0, 0.0), steps=50):
 V, W = np.array([1.0, -0.5, 2.0]), np.array([1.0, -2.0, 0.5])
 
 
+@pytest.mark.slow  # the ball joint's damper and armature stay in the default set
 def test_a_free_body_damper_slows_a_sphere_by_the_implicit_factors_and_acts_on_its_origin():
     """MuJoCo's free-joint damper (`set_body_damping`) on a sphere in free flight, damped at its centre: each step
     takes the damper at its end, so the velocity falls by m / (m + h c) and the spin by I / (I + h c), exactly. With

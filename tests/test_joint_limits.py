@@ -417,6 +417,7 @@ def test_planar_hinge_stop_with_a_body_torque_motor():
     np.testing.assert_allclose(traj.impulses.limit[-50:, 0], exact, rtol=REST_RTOL)
 
 
+@pytest.mark.slow  # the motor ranges' checks of their arguments stay in the default set
 def test_motor_ranges_clip_the_control_then_the_force_and_its_gradient():
     """`ctrl_range` clips u before the gear, `force_range` clips gear u after it (MuJoCo's ctrlrange and
     forcerange): a free puck pushed by a body-force motor and a wheel turned on its axle by a hinge motor, no

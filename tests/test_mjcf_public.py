@@ -107,6 +107,7 @@ def _our_touching(scene, traj, stride):
     ]
 
 
+@pytest.mark.slow  # the MJCF loader's own checks (tests/test_mjcf.py) stay in the default set
 def test_public_models_load_and_name_what_they_ignore_or_refuse():
     ant, said = _load(_model("ant"))
     # The legs hang on bodies with no joint welded to the torso: one rigid body with it.

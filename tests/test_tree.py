@@ -354,6 +354,7 @@ FRICTIONLOSS_XML = """
 </body></worldbody><actuator><motor joint="h" gear="1"/></actuator></mujoco>"""
 
 
+@pytest.mark.slow  # the sweep over frictionloss (hold and slip) stays in the default set
 def test_a_hinges_frictionloss_holds_below_its_bound_and_subtracts_above_it():
     """A hinge with frictionloss f = 2 N m driven by a constant torque for 0.5 s: at 1.5 N m it does not move (to
     1e-12; MuJoCo's regularized friction lets it creep); at 3 N m it accelerates at (tau - f) / I and follows
