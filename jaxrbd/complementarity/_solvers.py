@@ -276,9 +276,10 @@ class SemismoothNewton(Solver):
       3. where Lemke failed too, Newton again from the best point found (at most
          `iterations` steps).
 
-    Both are loops whose predicate is false for a converged lane, so when every
-    lane converged (the common case, also under `vmap`) they cost nothing. None of
-    this is differentiated: gradients come from the implicit rule.
+    The warm start and these are the rounds of one loop around one Newton solve
+    (`_newton_starts`), which makes no round beyond the first for a converged lane,
+    so when every lane converged (the common case, also under `vmap`) they cost
+    nothing. None of this is differentiated: gradients come from the implicit rule.
 
     Attributes:
         iterations: static bound on the Newton iterations per start (> 0).
