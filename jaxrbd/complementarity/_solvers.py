@@ -342,11 +342,11 @@ class SemismoothNewton(Solver):
         makes no trip when every lane converged: the batch does not wait for its
         slowest lane at every Newton step. A batch larger than `lane_block` does this
         block by block: each block waits only for its own slowest lane, and its
-        matrices stay in cache. Lemke pivots only where a lane of the open chunk
-        needs it: a pass of Lemke over the whole batch pivots every lane's tableau:
+        matrices stay in cache. Lemke pivots only in the rounds where a lane of the
+        chunk needs it (a pass of Lemke over the whole batch pivots every lane's tableau:
         Gymnasium's humanoid (418 rows) at 64 lanes over its landing (0.2 s, 4
         lane-steps on Lemke) ran 124 env-steps/s and 431 with the failed lanes
-        alone, `cube_toss` at 512 lanes (float64, 100 steps) 1,015 and 5,848.
+        alone, `cube_toss` at 512 lanes (float64, 100 steps) 1,015 and 5,848).
 
         The defaults come from the benchmark batches (float32, 20 steps in contact,
         512 lanes): 85% of the four balls' lane-steps took at most 6 iterations (most
