@@ -17,6 +17,7 @@ solvers.
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+from jax import lax
 
 JOINT_PROJECTION_ITERATIONS = 4
 
@@ -108,10 +109,22 @@ def project_to_joints(system, q, iterations=JOINT_PROJECTION_ITERATIONS):
     Newton's method on the linearized problem min |dv|_M subject to
     g(q) + J dv = 0, that is dv = -M^{-1} J^T (J M^{-1} J^T)^{-1} g, q <- q + G dv,
     for a fixed number of iterations (quadratic convergence from the O(h^2) drift
-    of a step). Identity without joints.
+    of a step). Identity without joints. The iterations are a `lax.fori_loop`, so
+    a rollout compiles one of them, not `iterations` copies (`simulate` projects
+    before its first step and after each).
     """
     if system.constraints is None:
         return q
+
+    def newton(_, q):
+        g = system.constraint(q)
+        J = system.constraint_jacobian(q)
+        MinvJt = jnp.linalg.solve(system.M(q), J.T)
+        S = J @ MinvJt
+        ridge = 1e-14 * (1.0 + jnp.trace(S)) * jnp.eye(S.shape[0], dtype=S.dtype)  # redundant joints
+        return system.project_q(q - system.G(q) @ (MinvJt @ jnp.linalg.solve(S + ridge, g)))
+
+    return lax.fori_loop(0, iterations, newton, q)
     for _ in range(iterations):
         g = system.constraint(q)
         J = system.constraint_jacobian(q)
