@@ -9,6 +9,7 @@ face) count as one point: their loads are summed.
 import functools
 import warnings
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -19,6 +20,9 @@ import jaxrbd as rbd
 H = 0.01
 EQUAL = 1e-8  # relative
 SOLVER = rbd.SemismoothNewton(least_norm=True)
+# The contacts of one state (of a batch of states) as one compiled program, not operation by operation.
+_contacts = eqx.filter_jit(lambda system, q: system.contacts(q))
+_batch_contacts = eqx.filter_jit(lambda system, q: jax.vmap(system.contacts)(q))
 
 
 def _flat_cube_on_plane():
@@ -64,7 +68,7 @@ def test_a_flat_rest_loads_its_corners_equally_from_any_warm_start(name):
     cone = rbd.stepping.default_cone(system, jax.eval_shape(system.contacts, state.q))
     problem, _ = rbd.stepping.step_problem_at(system, state, H, scheme=rbd.StewartTrinkle(), cone=cone)
     lcp = problem.problem
-    contacts = system.contacts(state.q)
+    contacts = _contacts(system, state.q)
     ng, nc = lcp.n_free, len(lcp.counts)
     cold = rbd.complementarity.solve(lcp, solver=SOLVER)
     rng = np.random.default_rng(0)
@@ -94,7 +98,7 @@ def test_a_rest_held_by_friction_along_no_cone_direction_has_one_impulse():
     system, state = b.build()
     cone = rbd.stepping.default_cone(system, jax.eval_shape(system.contacts, state.q))
     problem, _ = rbd.stepping.step_problem_at(system, state, H, scheme=rbd.StewartTrinkle(), cone=cone)
-    lcp, contacts = problem.problem, system.contacts(state.q)
+    lcp, contacts = problem.problem, _contacts(system, state.q)
     ng, nc = lcp.n_free, len(lcp.counts)
     cold = rbd.complementarity.solve(lcp, solver=SOLVER)
     rng = np.random.default_rng(0)
@@ -123,7 +127,7 @@ def test_a_flat_rest_loads_its_corners_equally_at_every_step_of_a_second(name):
     traj = jax.jit(lambda s: rbd.simulate(system, s, dt=H, steps=100, solver=SOLVER))(state)
     assert bool(traj.stats.converged.all())
     assert float(jnp.max(jnp.abs(traj.q - traj.q[0]))) <= 1e-12  # it stays at rest
-    points = jax.vmap(system.contacts)(traj.q[:-1])
+    points = _batch_contacts(system, traj.q[:-1])
     for k in range(100):
         loads = _point_loads(jax.tree.map(lambda x: x[k], points), traj.impulses.normal[k])
         assert _spread(loads) <= EQUAL, (name, k, loads)
@@ -142,13 +146,13 @@ def test_a_compliant_split_loads_a_flat_rest_equally_at_every_step_of_a_second()
     system, state = _scene("cube on a table")
     traj = jax.jit(lambda s: rbd.simulate(system, s, dt=H, steps=100, scheme=COMPLIANT))(state)
     assert bool(traj.stats.converged.all())
-    points = jax.vmap(system.contacts)(traj.q[:-1])
+    points = _batch_contacts(system, traj.q[:-1])
     for k in range(100):
         loads = _point_loads(jax.tree.map(lambda x: x[k], points), traj.impulses.normal[k])
         assert all(len(x) == 4 for x in loads.values()) and _spread(loads) <= EQUAL, (k, loads)
     assert 0.0 < -float(jnp.min(traj.q[:, 2] - state.q[2])) <= 1e-6
     rigid = rbd.simulate(system, state, dt=H, steps=1)
-    assert _spread(_point_loads(system.contacts(state.q), rigid.impulses.normal[0])) > 0.4
+    assert _spread(_point_loads(_contacts(system, state.q), rigid.impulses.normal[0])) > 0.4
 
 
 def _spinning_toss(mu, throw, scheme=COMPLIANT, steps=50):
