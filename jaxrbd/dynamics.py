@@ -125,11 +125,3 @@ def project_to_joints(system, q, iterations=JOINT_PROJECTION_ITERATIONS):
         return system.project_q(q - system.G(q) @ (MinvJt @ jnp.linalg.solve(S + ridge, g)))
 
     return lax.fori_loop(0, iterations, newton, q)
-    for _ in range(iterations):
-        g = system.constraint(q)
-        J = system.constraint_jacobian(q)
-        MinvJt = jnp.linalg.solve(system.M(q), J.T)
-        S = J @ MinvJt
-        ridge = 1e-14 * (1.0 + jnp.trace(S)) * jnp.eye(S.shape[0], dtype=S.dtype)  # redundant joints
-        q = system.project_q(q - system.G(q) @ (MinvJt @ jnp.linalg.solve(S + ridge, g)))
-    return q
