@@ -242,12 +242,11 @@ def test_the_reverse_pass_falls_back_to_the_pseudo_inverse_outside_the_range():
 
     The structured solve cannot meet such a z_bar, says so, and the pseudo-inverse
     is computed; where J is regular both give the one solution. Either way the two
-    answers agree, for every one of 20 problems and cotangents (measured: 9 of them took
-    the pseudo-inverse, 11 the structured solve): to 1e-8 of their size, or, where J is
-    so ill-conditioned that no two solves agree that closely, within the perturbation
-    bound of the structured solve's acceptance test, cond(J) times its backward error
-    100 n eps (one problem: cond(J) = 1.3e10, bound 5e-3, measured 3e-6).
+    answers agree to 1e-8 of their size, for every one of 20 problems and cotangents
+    (measured: J singular in 16 of them, cond(J) = 20-300 in the other 4; the largest
+    difference 4e-15 of the answer's size).
     """
+    singular = 0
     for seed in range(20):
         lcp = _problem(seed, joints=0, masked=False).lcp
         z_bar = jax.random.normal(jax.random.PRNGKey(100 + seed), (lcp.size,))
@@ -255,9 +254,10 @@ def test_the_reverse_pass_falls_back_to_the_pseudo_inverse_outside_the_range():
         assert bool(jnp.all(jnp.isfinite(y)))
         z = solve(lcp).z
         da, db = reverse_partials(lcp, z)
-        cond = np.linalg.cond(np.asarray(jnp.diag(da) + db[:, None] * lcp.A))
-        bound = max(1e-8, cond * PINV_RTOL_FACTOR * lcp.size * float(jnp.finfo(z.dtype).eps))
-        np.testing.assert_allclose(np.asarray(y), np.asarray(ref), rtol=0, atol=bound * float(jnp.max(jnp.abs(ref))))
+        J = np.asarray(jnp.diag(da) + db[:, None] * lcp.A)
+        singular += np.linalg.matrix_rank(J) < lcp.size
+        np.testing.assert_allclose(np.asarray(y), np.asarray(ref), rtol=0, atol=1e-8 * float(jnp.max(jnp.abs(ref))))
+    assert 0 < singular < 20  # singular and regular J both occur
 
 
 # Magnitudes whose squares do not underflow (r = sqrt(a^2 + b^2) is formed from them), and zero.
