@@ -51,7 +51,7 @@ def pytest_configure(config):
     flags = os.environ.get("XLA_FLAGS", "")
     if _selects_slow_tests(config.getoption("markexpr")) or "xla_backend_optimization_level" in flags:
         return
-    import jax._src.xla_bridge as xla_bridge
+    from jax._src import xla_bridge
 
     assert not xla_bridge.backends_are_initialized(), "XLA's backend started before the tests' flags were set"
     os.environ["XLA_FLAGS"] = f"{flags} {FAST_COMPILE_FLAG}".strip()
