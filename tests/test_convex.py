@@ -107,6 +107,12 @@ def _posed(arrays, p, R):
 
 
 @functools.partial(jax.jit, static_argnames="fn")
+def _pair(fn, a, b):
+    """fn(a, b, 3) compiled: one program per pair function and shapes, not one per operation."""
+    return fn(a, b, 3)
+
+
+@functools.partial(jax.jit, static_argnames="fn")
 def _batch(fn, a, b, pa, Ra, pb, Rb):
     return jax.vmap(lambda *x: fn(_posed(a, x[0], x[1]), _posed(b, x[2], x[3]), 3))(pa, Ra, pb, Rb)
 
@@ -191,7 +197,7 @@ def test_builder_pads_meshes_of_different_sizes():
             A = _posed(_arrays(meshes[names[i]]), jnp.asarray(places[names[i]]), jnp.eye(3))
             B = _posed(_arrays(meshes[names[j]]), jnp.asarray(places[names[j]]), jnp.eye(3))
             if broadphase is None or (i, j) == (0, 1):
-                np.testing.assert_allclose(np.asarray(c.gap)[on_pair], geometry.mesh_mesh(A, B, 3)[0], atol=EXACT)
+                np.testing.assert_allclose(np.asarray(c.gap)[on_pair], _pair(geometry.mesh_mesh, A, B)[0], atol=EXACT)
             else:
                 assert not on_pair.any()
 
@@ -487,7 +493,7 @@ def test_a_face_landing_slightly_tilted_keeps_its_manifold():
             [0.9999438047296727, 0.007127783894142425, -0.00784742502416269],
         ]
     )
-    gap, _, x = geometry.box_mesh(_posed(box, p_box, R_box), _posed(pyramid, p_pyramid, R_pyramid), 3)
+    gap, _, x = _pair(geometry.box_mesh, _posed(box, p_box, R_box), _posed(pyramid, p_pyramid, R_pyramid))
     near = np.asarray(gap) < 1e-2  # the base, tilted 0.01 rad over 0.4 m; the apex is 0.4 m above
     assert len(np.unique(np.round(np.asarray(x)[near], 9), axis=0)) == 4
     corners = _world_points(_SIGNS * 0.2, np.asarray(p_box), np.asarray(R_box))
@@ -645,13 +651,13 @@ def test_a_hull_landing_on_a_curved_hull_keeps_its_nearest_vertices():
     near = np.sort([d for d in near if d < 0.03])
     assert len(near) >= 3 and 5.2e-3 < near[1] < 5.3e-3  # the vertex that went through
     for a, b in ((hull, rock), (rock, hull)):
-        gap = np.asarray(geometry.mesh_mesh(a, b, 3)[0])
+        gap = np.asarray(_pair(geometry.mesh_mesh, a, b)[0])
         assert gap.shape == (8,)
         for d in near:
             assert np.abs(gap - d).min() <= SEPARATED, (d, gap)
     cube = _arrays(rbd.ConvexMesh(_SIGNS * 0.1))
     below, above = (_posed(cube, jnp.array([0.0, 0.0, z]), jnp.eye(3)) for z in (0.0, 0.2))
-    assert geometry.mesh_mesh(below, above, 3)[0].shape == (4,)
+    assert _pair(geometry.mesh_mesh, below, above)[0].shape == (4,)
 
 
 def test_a_hull_tumbling_onto_a_box_keeps_every_low_vertex():
@@ -671,7 +677,7 @@ def test_a_hull_tumbling_onto_a_box_keeps_every_low_vertex():
     heights = np.asarray(p + points @ np.asarray(R).T)[:, 2] - 2 * drops.TABLE[2]
     low = np.sort(heights)[:6]
     assert np.all(low > 0) and low[1] - low[0] < 1e-4 and low[5] < 0.05 * 0.0795 + low[0], low
-    gap = np.asarray(geometry.box_mesh(table, hull, 3)[0])
+    gap = np.asarray(_pair(geometry.box_mesh, table, hull)[0])
     assert gap.shape == (8,)
     for h in low:
         assert np.abs(gap - h).min() <= SEPARATED, (h, gap)
