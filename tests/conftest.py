@@ -30,26 +30,30 @@ import pytest  # noqa: E402
 # it for milliseconds. Its processes compile with LLVM's optimizations off (XLA's own passes, fusion among them,
 # run as always, and the arithmetic keeps IEEE semantics), which takes 20-30% off its test time on 2 cores
 # (1,010-1,150 s of one core, against 1,430 s optimized). A run that selects the slow set (`-m slow`) compiles as
-# users' programs do: its paper-scale rollouts, notebooks and guide examples check the optimized code.
+# users' programs do: its paper-scale rollouts, notebooks and guide examples check the optimized code; so does a
+# run of the `long` set, whose checks are bound by their run time.
 FAST_COMPILE_FLAG = "--xla_backend_optimization_level=0"
 
 
-def _selects_slow_tests(markexpr):
-    """Whether the `-m` expression keeps a test marked `slow` (the default selection, 'not slow and not long', does
-    not)."""
+def _selects_slow_or_long_tests(markexpr):
+    """Whether the `-m` expression keeps a test marked `slow` or one marked `long` (the default selection, 'not slow
+    and not long', keeps neither)."""
     from _pytest.mark.expression import Expression
 
-    return bool(markexpr) and Expression.compile(markexpr).evaluate(lambda name, **kwargs: name == "slow")
+    if not markexpr:
+        return False
+    expression = Expression.compile(markexpr)
+    return any(expression.evaluate(lambda name, marker=marker, **_: name == marker) for marker in ("slow", "long"))
 
 
 def pytest_configure(config):
-    """Compile with `FAST_COMPILE_FLAG` unless the run selects slow tests or XLA_FLAGS sets the level itself.
+    """Compile with `FAST_COMPILE_FLAG` unless the run selects slow or long tests or XLA_FLAGS sets the level itself.
 
     Runs before the first JAX computation starts XLA's backend (which reads XLA_FLAGS once); the worker processes,
     notebook kernels and subprocesses of the run inherit the flag.
     """
     flags = os.environ.get("XLA_FLAGS", "")
-    if _selects_slow_tests(config.getoption("markexpr")) or "xla_backend_optimization_level" in flags:
+    if _selects_slow_or_long_tests(config.getoption("markexpr")) or "xla_backend_optimization_level" in flags:
         return
     from jax._src import xla_bridge
 
