@@ -26,12 +26,8 @@ jax.config.update("jax_enable_x64", True)
 
 import pytest  # noqa: E402
 
-# The default set is bound by compilation: most of its tests compile a rollout or a gradient for 5 to 60 s and run
-# it for milliseconds. Its processes compile with LLVM's optimizations off (XLA's own passes, fusion among them,
-# run as always, and the arithmetic keeps IEEE semantics), which takes 20-30% off its test time on 2 cores
-# (1,010-1,150 s of one core, against 1,430 s optimized). A run that selects the slow set (`-m slow`) compiles as
-# users' programs do: its paper-scale rollouts, notebooks and guide examples check the optimized code; so does a
-# run of the `long` set, whose checks are bound by their run time.
+# The default set is bound by compilation, so its processes compile with LLVM's optimizations off; runs of the slow
+# or the long set compile as users' programs do (docs/testing.md gives the measured effect of each).
 FAST_COMPILE_FLAG = "--xla_backend_optimization_level=0"
 
 
